@@ -1,0 +1,215 @@
+"""The exception tree of ferryman.
+
+    FerrymanError
+    ├── RequestError                    the caller sent something we refuse
+    │   ├── InvalidRequestError         unknown task, input failing its model
+    │   ├── IdempotencyKeyMismatchError same key, different request
+    │   ├── InvalidIdempotencyKeyError  key not 1-255 printable ASCII
+    │   ├── PayloadTooLargeError        body over the limit
+    │   ├── AuthenticationError         missing or unknown API key
+    │   └── ForbiddenError              a non-admin key on the operations API
+    ├── JobNotFoundError                no such job for this tenant
+    ├── AlreadyTerminalError            cancel on a finished job
+    ├── StateConflictError              a conditional write lost its condition
+    │   ├── IllegalTransitionError      the job's status does not allow it
+    │   └── StaleFenceError             the attempt no longer owns the job
+    ├── PausedError                     intake paused by an operator
+    ├── StoreUnavailableError           the store or queue cannot be reached
+    └── ProviderError                   a model call failed; carries a FailureClass
+        ├── ThrottledError              THROTTLED (may carry retry_after_seconds)
+        ├── ProviderTimeoutError        TRANSIENT
+        ├── ProviderServerError         TRANSIENT
+        ├── InvalidOutputError          INVALID_OUTPUT
+        ├── ProviderBadRequestError     INVALID_REQUEST
+        ├── ProviderUnauthorizedError   UNAUTHORIZED
+        └── SafetyRejectedError         SAFETY_REJECTED
+
+Whether to retry is never decided here: core/retry.py decides it from the failure
+class. Every exception's default message is its class docstring, so a bare raise
+reads well.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar
+
+
+class FailureClass(enum.StrEnum):
+    """Why a model call failed, which decides whether it is worth another try."""
+
+    THROTTLED = "THROTTLED"
+    TRANSIENT = "TRANSIENT"
+    INVALID_OUTPUT = "INVALID_OUTPUT"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    SAFETY_REJECTED = "SAFETY_REJECTED"
+    # Not a model failure: the delivery itself failed too often (crash loops, poison).
+    DELIVERY = "DELIVERY"
+
+
+class FerrymanError(Exception):
+    """Something went wrong in ferryman."""
+
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (type(self).__doc__ or type(self).__name__).strip()
+        super().__init__(self.message)
+
+
+class RequestError(FerrymanError):
+    """The request was refused."""
+
+    code = "invalid_request"
+
+
+class InvalidRequestError(RequestError):
+    """The request is not valid."""
+
+    code = "invalid_request"
+
+    def __init__(self, message: str | None = None, *, errors: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.errors: list[dict[str, Any]] = errors or []
+
+
+class IdempotencyKeyMismatchError(RequestError):
+    """This Idempotency-Key was already used with a different request."""
+
+    code = "idempotency_key_mismatch"
+
+
+class InvalidIdempotencyKeyError(RequestError):
+    """An Idempotency-Key must be 1-255 printable ASCII characters."""
+
+    code = "invalid_idempotency_key"
+
+
+class PayloadTooLargeError(RequestError):
+    """The request body is over the size limit."""
+
+    code = "payload_too_large"
+
+
+class AuthenticationError(RequestError):
+    """A valid API key is required: send Authorization: Bearer <key>."""
+
+    code = "unauthenticated"
+
+
+class ForbiddenError(RequestError):
+    """This operation needs an admin API key."""
+
+    code = "forbidden"
+
+
+class JobNotFoundError(FerrymanError):
+    """No such job."""
+
+    code = "not_found"
+
+
+class AlreadyTerminalError(FerrymanError):
+    """The job has already finished."""
+
+    code = "already_terminal"
+
+
+class StateConflictError(FerrymanError):
+    """The job changed under this write; its condition no longer holds."""
+
+    code = "conflict"
+
+
+class IllegalTransitionError(StateConflictError):
+    """The job's status does not allow this transition."""
+
+
+class StaleFenceError(StateConflictError):
+    """This attempt no longer owns the job: its fence is stale or its lease expired."""
+
+    code = "stale_fence"
+
+
+class PausedError(FerrymanError):
+    """Intake is paused by an operator; try again later."""
+
+    code = "paused"
+
+    def __init__(self, message: str | None = None, *, retry_after_seconds: int = 30) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class StoreUnavailableError(FerrymanError):
+    """The job store or queue cannot be reached."""
+
+    code = "store_unavailable"
+
+
+class ProviderError(FerrymanError):
+    """The model call failed."""
+
+    failure_class: ClassVar[FailureClass] = FailureClass.TRANSIENT
+    code = "provider_error"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        retry_after_seconds: float | None = None,
+        provider_request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+        self.provider_request_id = provider_request_id
+
+
+class ThrottledError(ProviderError):
+    """The provider is throttling requests."""
+
+    failure_class = FailureClass.THROTTLED
+    code = "throttled"
+
+
+class ProviderTimeoutError(ProviderError):
+    """The model did not answer within the timeout."""
+
+    failure_class = FailureClass.TRANSIENT
+    code = "timeout"
+
+
+class ProviderServerError(ProviderError):
+    """The provider answered with a server error."""
+
+    failure_class = FailureClass.TRANSIENT
+    code = "server_error"
+
+
+class InvalidOutputError(ProviderError):
+    """The model output does not match the task's output schema."""
+
+    failure_class = FailureClass.INVALID_OUTPUT
+    code = "invalid_output"
+
+
+class ProviderBadRequestError(ProviderError):
+    """The provider rejected the request as invalid."""
+
+    failure_class = FailureClass.INVALID_REQUEST
+    code = "bad_request"
+
+
+class ProviderUnauthorizedError(ProviderError):
+    """The provider refused our credentials."""
+
+    failure_class = FailureClass.UNAUTHORIZED
+    code = "unauthorized"
+
+
+class SafetyRejectedError(ProviderError):
+    """The model refused the request under its content policy."""
+
+    failure_class = FailureClass.SAFETY_REJECTED
+    code = "safety_rejected"

@@ -1,0 +1,322 @@
+"""The job, its attempts and events, and the only legal ways a job changes.
+
+Every transition is a pure function from a job (and the facts of the moment) to
+the next job, raising when the transition is not allowed. The in-memory adapter
+applies them directly; the SQL adapters encode the same conditions in their
+WHERE clauses, and the contract suite checks that both agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
+
+PAYLOAD_VERSION = 1
+"""The message/payload layout this code writes and understands."""
+
+SUPPORTED_PAYLOAD_VERSIONS = frozenset({1})
+
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "QUEUED"
+    PROCESSING = "PROCESSING"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+WAITING_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED})
+
+
+class DispatchState(enum.StrEnum):
+    """Whether the job's queue message is known to exist (the outbox flag)."""
+
+    PENDING = "PENDING"
+    DISPATCHED = "DISPATCHED"
+
+
+class AttemptOutcome(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED = "failed"
+    LEASE_LOST = "lease_lost"
+    ABANDONED = "abandoned"
+    CANCELLED = "cancelled"
+
+
+class EventKind(enum.StrEnum):
+    ACCEPTED = "ACCEPTED"
+    DISPATCHED = "DISPATCHED"
+    REDISPATCHED = "REDISPATCHED"
+    CLAIMED = "CLAIMED"
+    ATTEMPT_ABANDONED = "ATTEMPT_ABANDONED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    LEASE_LOST = "LEASE_LOST"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    CANCELLED = "CANCELLED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    REPLAYED = "REPLAYED"
+    DUPLICATE_DELIVERY = "DUPLICATE_DELIVERY"
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    code: str
+    failure_class: FailureClass
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    tenant_id: str
+    job_id: str
+    task: str
+    model: str
+    input: dict[str, Any]
+    request_hash: str
+    created_at: float
+    updated_at: float
+    correlation_id: str
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] | None = None
+    payload_version: int = PAYLOAD_VERSION
+    status: JobStatus = JobStatus.QUEUED
+    dispatch_state: DispatchState = DispatchState.PENDING
+    # Attempts started in the current series (reset by an operator's replay).
+    attempt_count: int = 0
+    # Attempts of the current series that ended in a retryable model failure,
+    # and how many of those were INVALID_OUTPUT: the two retry budgets.
+    failure_count: int = 0
+    invalid_output_count: int = 0
+    # +1 per claim, never reset: an attempt's number and its fencing token.
+    fence: int = 0
+    attempt_id: str | None = None
+    worker_id: str | None = None
+    lease_until: float | None = None
+    not_before: float | None = None
+    cancel_requested: bool = False
+    result_ref: str | None = None
+    error: JobError | None = None
+    traceparent: str | None = None
+    completed_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    job_id: str
+    attempt_no: int
+    attempt_id: str
+    worker_id: str
+    started_at: float
+    ended_at: float | None = None
+    outcome: AttemptOutcome | None = None
+    failure_class: FailureClass | None = None
+    error_code: str | None = None
+    latency_ms: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    provider_request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptReport:
+    """What a worker knows about its attempt when it ends."""
+
+    outcome: AttemptOutcome
+    failure_class: FailureClass | None = None
+    error_code: str | None = None
+    latency_ms: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    provider_request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    job_id: str
+    seq: int
+    at: float
+    kind: EventKind
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+# --- conditions -----------------------------------------------------------------
+
+
+def is_claimable(job: Job, *, now: float) -> bool:
+    """A job may be claimed when it waits and is due, or its owner's lease has expired."""
+    if job.status in WAITING_STATUSES:
+        return job.not_before is None or job.not_before <= now
+    if job.status is JobStatus.PROCESSING:
+        return job.lease_until is not None and job.lease_until < now
+    return False
+
+
+def is_owned_by(job: Job, attempt_id: str, *, now: float) -> bool:
+    """The attempt still owns the job: same attempt, still processing, lease live."""
+    return (
+        job.status is JobStatus.PROCESSING
+        and job.attempt_id == attempt_id
+        and job.lease_until is not None
+        and job.lease_until >= now
+    )
+
+
+def abandoned_attempt_id(job: Job, *, now: float) -> str | None:
+    """The attempt a claim takes over from, if the job is PROCESSING with an expired lease."""
+    if job.status is JobStatus.PROCESSING and is_claimable(job, now=now):
+        return job.attempt_id
+    return None
+
+
+def _require_owner(job: Job, attempt_id: str, now: float) -> None:
+    if not is_owned_by(job, attempt_id, now=now):
+        raise StaleFenceError()
+
+
+# --- transitions ----------------------------------------------------------------
+
+
+def claim(job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until: float) -> Job:
+    if not is_claimable(job, now=now):
+        raise IllegalTransitionError(f"job in {job.status} cannot be claimed now")
+    return dataclasses.replace(
+        job,
+        status=JobStatus.PROCESSING,
+        fence=job.fence + 1,
+        attempt_count=job.attempt_count + 1,
+        attempt_id=attempt_id,
+        worker_id=worker_id,
+        lease_until=lease_until,
+        not_before=None,
+        updated_at=now,
+    )
+
+
+def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) -> Job:
+    _require_owner(job, attempt_id, now)
+    return dataclasses.replace(job, lease_until=max(lease_until, job.lease_until or 0.0))
+
+
+def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
+    _require_owner(job, attempt_id, now)
+    return dataclasses.replace(
+        job,
+        status=JobStatus.SUCCEEDED,
+        result_ref=result_ref,
+        error=None,
+        lease_until=None,
+        updated_at=now,
+        completed_at=now,
+    )
+
+
+def schedule_retry(
+    job: Job, *, attempt_id: str, now: float, not_before: float, error: JobError
+) -> Job:
+    _require_owner(job, attempt_id, now)
+    invalid = error.failure_class is FailureClass.INVALID_OUTPUT
+    return dataclasses.replace(
+        job,
+        status=JobStatus.RETRY_SCHEDULED,
+        not_before=not_before,
+        lease_until=None,
+        error=error,
+        failure_count=job.failure_count + 1,
+        invalid_output_count=job.invalid_output_count + (1 if invalid else 0),
+        updated_at=now,
+    )
+
+
+def fail(job: Job, *, attempt_id: str, now: float, error: JobError, counts: bool = True) -> Job:
+    """The owning attempt gives up on the job. ``counts``: the failure was a model failure."""
+    _require_owner(job, attempt_id, now)
+    invalid = error.failure_class is FailureClass.INVALID_OUTPUT
+    return dataclasses.replace(
+        job,
+        status=JobStatus.FAILED,
+        error=error,
+        lease_until=None,
+        failure_count=job.failure_count + (1 if counts else 0),
+        invalid_output_count=job.invalid_output_count + (1 if invalid and counts else 0),
+        updated_at=now,
+        completed_at=now,
+    )
+
+
+def fail_unowned(job: Job, *, now: float, error: JobError) -> Job:
+    """Fail a job no live attempt owns (dead-lettered, exhausted at claim)."""
+    if job.status.terminal:
+        raise IllegalTransitionError(f"job is already {job.status}")
+    if (
+        job.status is JobStatus.PROCESSING
+        and job.lease_until is not None
+        and job.lease_until >= now
+    ):
+        raise IllegalTransitionError("a live attempt owns the job")
+    return dataclasses.replace(
+        job,
+        status=JobStatus.FAILED,
+        error=error,
+        lease_until=None,
+        updated_at=now,
+        completed_at=now,
+    )
+
+
+def request_cancel(job: Job, *, now: float) -> Job:
+    """Cancel a waiting job at once; ask the owner of a processing job to stop."""
+    if job.status.terminal:
+        raise IllegalTransitionError(f"job is already {job.status}")
+    if job.status is JobStatus.PROCESSING:
+        return dataclasses.replace(job, cancel_requested=True, updated_at=now)
+    return cancelled(job, now=now)
+
+
+def cancelled(job: Job, *, now: float) -> Job:
+    if job.status.terminal:
+        raise IllegalTransitionError(f"job is already {job.status}")
+    return dataclasses.replace(
+        job,
+        status=JobStatus.CANCELLED,
+        cancel_requested=True,
+        lease_until=None,
+        updated_at=now,
+        completed_at=now,
+    )
+
+
+def replay(job: Job, *, now: float) -> Job:
+    """An operator restarts a FAILED or CANCELLED job as a new attempt series."""
+    if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+        raise IllegalTransitionError(
+            f"only FAILED or CANCELLED jobs are replayed, not {job.status}"
+        )
+    return dataclasses.replace(
+        job,
+        status=JobStatus.QUEUED,
+        attempt_count=0,
+        failure_count=0,
+        invalid_output_count=0,
+        attempt_id=None,
+        worker_id=None,
+        lease_until=None,
+        not_before=None,
+        cancel_requested=False,
+        error=None,
+        result_ref=None,
+        updated_at=now,
+        completed_at=None,
+    )
