@@ -20,6 +20,9 @@ PAYLOAD_VERSION = 1
 
 SUPPORTED_PAYLOAD_VERSIONS = frozenset({1})
 
+# A released lease ends just before "now", so a claim at the same instant succeeds.
+LEASE_RELEASE_MARGIN_SECONDS = 0.001
+
 
 class JobStatus(enum.StrEnum):
     QUEUED = "QUEUED"
@@ -62,6 +65,7 @@ class EventKind(enum.StrEnum):
     ATTEMPT_ABANDONED = "ATTEMPT_ABANDONED"
     RETRY_SCHEDULED = "RETRY_SCHEDULED"
     LEASE_LOST = "LEASE_LOST"
+    RELEASED = "RELEASED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCEL_REQUESTED = "CANCEL_REQUESTED"
@@ -210,6 +214,13 @@ def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) ->
     return dataclasses.replace(job, lease_until=max(lease_until, job.lease_until or 0.0))
 
 
+def release(job: Job, *, attempt_id: str, now: float) -> Job:
+    """The owner gives the job back (graceful shutdown): its lease ends now, so the
+    next delivery can claim it at once instead of waiting for the lease to expire."""
+    _require_owner(job, attempt_id, now)
+    return dataclasses.replace(job, lease_until=now - LEASE_RELEASE_MARGIN_SECONDS, updated_at=now)
+
+
 def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
     _require_owner(job, attempt_id, now)
     return dataclasses.replace(
@@ -307,6 +318,8 @@ def replay(job: Job, *, now: float) -> Job:
     return dataclasses.replace(
         job,
         status=JobStatus.QUEUED,
+        # A replay needs a new message; until one is known to exist, the outbox owns it.
+        dispatch_state=DispatchState.PENDING,
         attempt_count=0,
         failure_count=0,
         invalid_output_count=0,

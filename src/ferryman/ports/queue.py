@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ferryman.core.job import PAYLOAD_VERSION
+
+if TYPE_CHECKING:
+    from ferryman.core.job import Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,16 @@ class QueueMessage:
     payload_version: int = PAYLOAD_VERSION
     traceparent: str | None = None
     correlation_id: str | None = None
+
+    @classmethod
+    def for_job(cls, job: Job) -> QueueMessage:
+        return cls(
+            job_id=job.job_id,
+            tenant_id=job.tenant_id,
+            payload_version=job.payload_version,
+            traceparent=job.traceparent,
+            correlation_id=job.correlation_id,
+        )
 
     def to_body(self) -> str:
         return json.dumps(

@@ -63,7 +63,8 @@ class JobStore(Protocol):
         ...
 
     async def mark_dispatched(self, job_id: str, *, now: float) -> None:
-        """The job's message was sent: dispatch_state PENDING -> DISPATCHED."""
+        """The job's message was (re)sent now: dispatch_state DISPATCHED, updated_at = now
+        (so stalled() does not offer the job again until it has stalled anew)."""
         ...
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
@@ -128,11 +129,20 @@ class JobStore(Protocol):
         """The owning attempt honours a cancel request: CANCELLED."""
         ...
 
+    async def release(
+        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
+    ) -> bool:
+        """core.job.release: the owner gives the job back (graceful shutdown). The
+        attempt is closed with the report (outcome abandoned) and a RELEASED event is
+        appended. False when the attempt no longer owns the job."""
+        ...
+
     async def end_attempt(
         self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
     ) -> None:
         """Record how an attempt ended without changing the job (lease lost: its result
-        is discarded). Only an attempt with no outcome yet is updated."""
+        is discarded). Only an attempt with no outcome yet, or one a takeover marked
+        abandoned (the worker survived and knows better), is updated."""
         ...
 
     async def request_cancel(self, job_id: str, *, tenant_id: str, now: float) -> Job:
@@ -147,8 +157,10 @@ class JobStore(Protocol):
         ...
 
     async def replay(self, job_id: str, *, now: float, actor: str, reason: str) -> Job:
-        """core.job.replay plus a REPLAYED event {actor, reason}; with
-        ``enqueues_with_job`` also enqueues its message in the same transaction.
+        """core.job.replay plus a REPLAYED event {actor, reason}; the job comes back
+        with dispatch_state PENDING (the caller sends its message and marks it
+        dispatched) or, with ``enqueues_with_job``, DISPATCHED with its message
+        enqueued in the same transaction.
         Raises JobNotFoundError, IllegalTransitionError."""
         ...
 
@@ -165,9 +177,10 @@ class JobStore(Protocol):
         ...
 
     async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
-        """Non-terminal jobs nothing is driving, oldest first: dispatch PENDING with
-        updated_at before now - older_than; PROCESSING with lease_until before
-        now - older_than; RETRY_SCHEDULED with not_before before now - older_than."""
+        """Non-terminal jobs nothing seems to drive, oldest updated_at first. All have
+        updated_at before now - older_than, and one of: dispatch PENDING (QUEUED or
+        RETRY_SCHEDULED); PROCESSING with lease_until before now - older_than;
+        RETRY_SCHEDULED with not_before before now - older_than."""
         ...
 
     async def ping(self) -> None:

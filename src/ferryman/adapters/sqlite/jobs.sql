@@ -1,0 +1,122 @@
+-- Jobs, their idempotency entries, attempts and events.
+-- Transitions load the row, apply ferryman.core.job inside the writer's
+-- BEGIN IMMEDIATE transaction, and write the whole row back.
+
+-- name: get_job
+SELECT * FROM jobs WHERE job_id = :job_id;
+
+-- name: insert_job
+INSERT INTO jobs (
+    job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+    payload_version, status, dispatch_state, attempt_count, failure_count,
+    invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+    cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+    updated_at, completed_at
+) VALUES (
+    :job_id, :tenant_id, :idempotency_key, :request_hash, :task, :model, :input, :metadata,
+    :payload_version, :status, :dispatch_state, :attempt_count, :failure_count,
+    :invalid_output_count, :fence, :attempt_id, :worker_id, :lease_until, :not_before,
+    :cancel_requested, :result_ref, :error, :traceparent, :correlation_id, :created_at,
+    :updated_at, :completed_at
+);
+
+-- name: update_job
+UPDATE jobs SET
+    status = :status,
+    dispatch_state = :dispatch_state,
+    attempt_count = :attempt_count,
+    failure_count = :failure_count,
+    invalid_output_count = :invalid_output_count,
+    fence = :fence,
+    attempt_id = :attempt_id,
+    worker_id = :worker_id,
+    lease_until = :lease_until,
+    not_before = :not_before,
+    cancel_requested = :cancel_requested,
+    result_ref = :result_ref,
+    error = :error,
+    updated_at = :updated_at,
+    completed_at = :completed_at
+WHERE job_id = :job_id;
+
+-- name: get_idempotency
+SELECT job_id, request_hash, expires_at
+FROM idempotency
+WHERE tenant_id = :tenant_id AND key = :key;
+
+-- name: put_idempotency
+INSERT INTO idempotency (tenant_id, key, job_id, request_hash, expires_at)
+VALUES (:tenant_id, :key, :job_id, :request_hash, :expires_at)
+ON CONFLICT (tenant_id, key) DO UPDATE SET
+    job_id = excluded.job_id,
+    request_hash = excluded.request_hash,
+    expires_at = excluded.expires_at;
+
+-- name: insert_event
+INSERT INTO events (job_id, seq, at, kind, detail)
+SELECT :job_id, COALESCE(MAX(seq), 0) + 1, :at, :kind, :detail
+FROM events
+WHERE job_id = :job_id;
+
+-- name: list_events
+SELECT * FROM events WHERE job_id = :job_id ORDER BY seq;
+
+-- name: insert_attempt
+INSERT INTO attempts (job_id, attempt_no, attempt_id, worker_id, started_at)
+VALUES (:job_id, :attempt_no, :attempt_id, :worker_id, :started_at);
+
+-- name: close_attempt
+-- Only an attempt with no outcome yet: an ended attempt keeps its first ending.
+UPDATE attempts SET
+    ended_at = :ended_at,
+    outcome = :outcome,
+    failure_class = :failure_class,
+    error_code = :error_code,
+    latency_ms = :latency_ms,
+    input_tokens = :input_tokens,
+    output_tokens = :output_tokens,
+    provider_request_id = :provider_request_id
+WHERE job_id = :job_id AND attempt_id = :attempt_id AND outcome IS NULL;
+
+-- name: abandon_open_attempts
+UPDATE attempts SET ended_at = :ended_at, outcome = 'abandoned'
+WHERE job_id = :job_id AND outcome IS NULL;
+
+-- name: list_attempts
+SELECT * FROM attempts WHERE job_id = :job_id ORDER BY attempt_no;
+
+-- name: list_jobs_of_tenant
+-- :before is the cursor (a job_id) or a sentinel above every job_id.
+SELECT * FROM jobs
+WHERE tenant_id = :tenant_id
+  AND job_id < :before
+  AND (:status IS NULL OR status = :status)
+  AND (:task IS NULL OR task = :task)
+  AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
+ORDER BY job_id DESC
+LIMIT :limit;
+
+-- name: list_jobs_of_all
+SELECT * FROM jobs
+WHERE job_id < :before
+  AND (:status IS NULL OR status = :status)
+  AND (:task IS NULL OR task = :task)
+  AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
+ORDER BY job_id DESC
+LIMIT :limit;
+
+-- name: stalled_jobs
+-- The status list repeats the partial index's condition so the index is used.
+SELECT * FROM jobs
+WHERE status IN ('QUEUED', 'PROCESSING', 'RETRY_SCHEDULED')
+  AND updated_at < :cutoff
+  AND (
+       (dispatch_state = 'PENDING' AND status IN ('QUEUED', 'RETRY_SCHEDULED'))
+    OR (status = 'PROCESSING' AND lease_until < :cutoff)
+    OR (status = 'RETRY_SCHEDULED' AND not_before < :cutoff)
+  )
+ORDER BY updated_at, job_id
+LIMIT :limit;
+
+-- name: ping
+SELECT 1;

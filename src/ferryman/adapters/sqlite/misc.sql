@@ -1,0 +1,28 @@
+-- Results kept in the database, API keys, and operator switches.
+
+-- name: put_result
+INSERT INTO results (key, data) VALUES (:key, :data)
+ON CONFLICT (key) DO UPDATE SET data = excluded.data;
+
+-- name: get_result
+SELECT data FROM results WHERE key = :key;
+
+-- name: insert_api_key
+INSERT INTO api_keys (key_id, tenant_id, secret_hash, admin, created_at)
+VALUES (:key_id, :tenant_id, :secret_hash, :admin, :created_at);
+
+-- name: get_api_key
+SELECT key_id, tenant_id, secret_hash, admin, created_at
+FROM api_keys
+WHERE key_id = :key_id;
+
+-- name: paused_switches
+SELECT switch FROM control WHERE paused = 1;
+
+-- name: set_switch
+INSERT INTO control (switch, paused, actor, updated_at)
+VALUES (:switch, :paused, :actor, :updated_at)
+ON CONFLICT (switch) DO UPDATE SET
+    paused = excluded.paused,
+    actor = excluded.actor,
+    updated_at = excluded.updated_at;

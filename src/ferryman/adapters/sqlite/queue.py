@@ -1,0 +1,124 @@
+"""SqliteJobQueue: the job queue as a table in the database file (SQS semantics)."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ferryman.adapters.sqlite import messages
+from ferryman.adapters.sqlite.sql import QUEUE
+from ferryman.ports.queue import DeadLetter, Delivery, QueueMessage, QueueStats
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from ferryman.adapters.sqlite.database import SqliteDatabase
+    from ferryman.core.clock import Clock
+
+
+class SqliteJobQueue:
+    """Receives poll the table; this process's own sends wake its waiting receivers at once."""
+
+    def __init__(
+        self,
+        db: SqliteDatabase,
+        *,
+        clock: Clock,
+        max_receives: int = 10,
+        poll_interval_seconds: float = 0.05,
+    ) -> None:
+        if max_receives < 1:
+            raise ValueError("max_receives must be at least 1")
+        self._db = db
+        self._clock = clock
+        self._max_receives = max_receives
+        self._poll_interval_seconds = poll_interval_seconds
+
+    async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None:
+        now = self._clock.now()
+        await self._db.write(
+            lambda conn: messages.insert_message(
+                conn, message, now=now, delay_seconds=delay_seconds
+            )
+        )
+        if delay_seconds <= 0:
+            self._db.wakeup.notify()
+
+    async def receive(
+        self, *, max_messages: int, visibility_timeout_seconds: float, wait_seconds: float = 0.0
+    ) -> list[Delivery]:
+        if max_messages < 1:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, wait_seconds)
+        while True:
+            since = self._db.wakeup.generation
+            deliveries = await self._db.write(
+                partial(
+                    messages.receive,
+                    now=self._clock.now(),
+                    max_messages=max_messages,
+                    visibility_timeout_seconds=visibility_timeout_seconds,
+                    max_receives=self._max_receives,
+                )
+            )
+            remaining = deadline - loop.time()
+            if deliveries or remaining <= 0:
+                return deliveries
+            await self._db.wakeup.wait(
+                since=since, timeout_seconds=min(remaining, self._poll_interval_seconds)
+            )
+
+    async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
+        now = self._clock.now()
+        changed = await self._db.write(
+            partial(
+                messages.change_visibility,
+                receipt=receipt,
+                now=now,
+                timeout_seconds=timeout_seconds,
+            )
+        )
+        if changed and timeout_seconds <= 0:
+            self._db.wakeup.notify()
+        return changed
+
+    async def delete(self, receipt: str) -> None:
+        await self._db.write(partial(messages.delete, receipt=receipt))
+
+    async def receive_dead_letters(self, *, max_messages: int) -> list[DeadLetter]:
+        return await self._db.read(partial(_dead_letters, limit=max(0, max_messages)))
+
+    async def delete_dead_letter(self, dead_letter_id: str) -> None:
+        await self._db.write(
+            lambda conn: conn.execute(QUEUE["delete_dead_letter"], {"id": dead_letter_id})
+        )
+
+    async def stats(self) -> QueueStats:
+        return await self._db.read(partial(_stats, now=self._clock.now()))
+
+
+def _dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[DeadLetter]:
+    rows = conn.execute(QUEUE["list_dead_letters"], {"limit": limit}).fetchall()
+    return [
+        DeadLetter(
+            dead_letter_id=row["id"],
+            message=QueueMessage.from_body(row["body"]),
+            receive_count=row["receive_count"],
+            dead_lettered_at=row["dead_lettered_at"],
+        )
+        for row in rows
+    ]
+
+
+def _stats(conn: sqlite3.Connection, *, now: float) -> QueueStats:
+    row = conn.execute(QUEUE["message_stats"], {"now": now}).fetchone()
+    dead = conn.execute(QUEUE["dead_letter_count"]).fetchone()
+    oldest = row["oldest_sent_at"]
+    return QueueStats(
+        visible=row["visible"],
+        in_flight=row["in_flight"],
+        oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest),
+        dead_letters=dead["n"],
+    )

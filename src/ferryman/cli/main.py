@@ -1,0 +1,104 @@
+"""The ``ferryman`` command (API.md, CLI): every command and where it lives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ferryman.cli import admin, remote
+from ferryman.cli.common import EXIT_FAILED, out_console, run, settings
+from ferryman.cli.doctor import check_live, check_settings, render
+from ferryman.cli.serving import Roles, banner, bind, run_roles
+from ferryman.wiring import open_runtime
+
+if TYPE_CHECKING:
+    from ferryman.config import Settings
+
+app = typer.Typer(
+    name="ferryman",
+    help="Durable jobs for slow, costly model calls.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+keys_app = typer.Typer(help="API keys (written straight to the database).", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead-lettered jobs: list and replay.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(dlq_app, name="dlq")
+
+HostOption = Annotated[
+    str | None, typer.Option("--host", help="Interface to listen on [default: FERRYMAN_HOST]")
+]
+PortOption = Annotated[
+    int | None, typer.Option("--port", help="Port to listen on [default: FERRYMAN_PORT]")
+]
+
+
+async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
+    sock = bind(host, port) if roles.api else None
+    try:
+        async with open_runtime(s) as runtime:
+            bound_port = sock.getsockname()[1] if sock is not None else port
+            banner(runtime, host, bound_port, roles)
+            return await run_roles(runtime, roles, sock)
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _start(host: str | None, port: int | None, roles: Roles) -> None:
+    s = settings()
+    code = run(_run_process(s, host or s.host, s.port if port is None else port, roles))
+    raise typer.Exit(code)
+
+
+@app.command()
+def serve(host: HostOption = None, port: PortOption = None) -> None:
+    """API, workers and sweeper in one process, on the embedded SQLite database."""
+    _start(host, port, Roles(api=True, worker=True, sweeper=True))
+
+
+@app.command()
+def api(host: HostOption = None, port: PortOption = None) -> None:
+    """The HTTP API only (run workers with `ferryman worker`)."""
+    _start(host, port, Roles(api=True, worker=False, sweeper=False))
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, help="Model calls in flight [default: FERRYMAN_WORKER_CONCURRENCY]"),
+    ] = None,
+    no_sweeper: Annotated[
+        bool, typer.Option("--no-sweeper", help="Do not run the (idempotent) sweeper here.")
+    ] = False,
+) -> None:
+    """A worker (and a sweeper): runs model calls from the queue. Any number may run."""
+    _start(
+        None, None, Roles(api=False, worker=True, sweeper=not no_sweeper, concurrency=concurrency)
+    )
+
+
+@app.command()
+def doctor() -> None:
+    """Check the timeouts and limits that must agree, the database and the results location."""
+    s = settings()
+    checks = check_settings(s) + run(check_live(s))
+    out_console.print(render(checks))
+    failed = [check for check in checks if not check.ok]
+    if failed:
+        out_console.print(f"{len(failed)} check(s) failed.", style="bold red")
+        raise typer.Exit(EXIT_FAILED)
+    out_console.print("All checks passed.", style="green")
+
+
+app.command()(remote.submit)
+app.command()(remote.status)
+keys_app.command("create")(admin.create_key)
+dlq_app.command("list")(admin.list_dead_letters)
+dlq_app.command("replay")(admin.replay_dead_letters)
+
+
+if __name__ == "__main__":
+    app(prog_name="ferryman")

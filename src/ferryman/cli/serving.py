@@ -1,0 +1,158 @@
+"""Long-running processes: the API, workers and the sweeper, on one asyncio loop.
+
+SIGTERM or SIGINT sets one ``stop`` event: workers stop receiving and let calls
+in flight finish within the shutdown grace, uvicorn stops accepting and drains
+its connections, and the process exits 0. uvicorn's own signal capture is turned
+off, since it would re-raise the signal after a graceful stop and turn exit 0
+into death by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import uvicorn
+from rich.text import Text
+
+from ferryman.cli.common import EXIT_FAILED, err_console, fail
+from ferryman.http.app import AppDeps, create_app
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Generator
+    from typing import Any
+
+    from ferryman.wiring import Runtime
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the command."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    api: bool
+    worker: bool
+    sweeper: bool
+    concurrency: int | None = None
+
+
+def app_deps(runtime: Runtime) -> AppDeps:
+    s = runtime.settings
+    return AppDeps(
+        intake=runtime.intake,
+        jobs=runtime.jobs,
+        operations=runtime.operations,
+        api_keys=runtime.api_keys,
+        clock=runtime.clock,
+        max_body_bytes=s.max_body_bytes,
+        tenant_rate_per_second=s.tenant_rate_per_second,
+        tenant_burst=s.tenant_burst,
+    )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Listen before anything starts, so a taken port is a clear error, not a stack trace."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror}", EXIT_FAILED)
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def _server(runtime: Runtime) -> _EmbeddedServer:
+    config = uvicorn.Config(
+        create_app(app_deps(runtime)),
+        log_level="warning",
+        lifespan="auto",
+        timeout_graceful_shutdown=max(1, math.ceil(runtime.settings.shutdown_grace_seconds)),
+        access_log=False,
+    )
+    return _EmbeddedServer(config)
+
+
+async def run_roles(runtime: Runtime, roles: Roles, sock: socket.socket | None) -> int:
+    """Run the chosen roles until a signal (exit 0) or one of them dies (exit 1)."""
+    stop = asyncio.Event()
+    _install_signal_handlers(stop)
+    jobs: list[Coroutine[Any, Any, None]] = []
+    server: _EmbeddedServer | None = None
+    if roles.api and sock is not None:
+        server = _server(runtime)
+        jobs.append(server.serve(sockets=[sock]))
+    if roles.worker:
+        jobs.append(runtime.new_worker(roles.concurrency).run(stop))
+    if roles.sweeper:
+        jobs.append(runtime.new_sweeper().run(stop))
+    tasks = [asyncio.create_task(job) for job in jobs]
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    signalled = stop.is_set()
+    stop.set()
+    if server is not None:
+        server.should_exit = True
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    stopper.cancel()
+    return _exit_code(signalled, outcomes)
+
+
+def _exit_code(signalled: bool, outcomes: list[BaseException | None]) -> int:
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    for error in errors:
+        err_console.print(Text(f"stopped by an error: {type(error).__name__}: {error}", "red"))
+    if errors or not signalled:
+        # A role that ends by itself, with no signal, is a failure too.
+        return EXIT_FAILED
+    return 0
+
+
+def banner(runtime: Runtime, host: str, port: int, roles: Roles) -> None:
+    """Where things are and what to type next, on stderr (stdout stays for output)."""
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    lines = [("ferryman is running", "bold green")]
+    if roles.api:
+        lines.append((f"  API          {url}", ""))
+    if roles.worker:
+        concurrency = roles.concurrency or runtime.settings.worker_concurrency
+        lines.append((f"  workers      {concurrency} calls in flight at most", ""))
+    lines += [
+        (f"  database     {runtime.database_path}", ""),
+        (f"  results      {runtime.results_location}", ""),
+    ]
+    if roles.api:
+        lines += _next_steps(url, runtime.settings.url)
+    lines.append(("Stop with Ctrl+C (or SIGTERM): calls in flight finish first.", "dim"))
+    for text, style in lines:
+        err_console.print(Text(text, style=style))
+
+
+def _next_steps(url: str, configured_url: str) -> list[tuple[str, str]]:
+    steps = [
+        ("Next:", "bold"),
+        ("  export FERRYMAN_API_KEY=$(ferryman keys create --tenant me)", ""),
+    ]
+    if url.rstrip("/") != configured_url.rstrip("/"):
+        steps.append((f"  export FERRYMAN_URL={url}", ""))
+    steps.append(('  ferryman submit --task generate --input \'{"prompt": "hi"}\' --wait', ""))
+    return steps

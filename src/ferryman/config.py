@@ -1,0 +1,200 @@
+"""Settings: every knob of a ferryman process, from FERRYMAN_* variables or a TOML file.
+
+Precedence, highest first: keyword arguments (tests), environment variables, the
+TOML file named by FERRYMAN_CONFIG (or ./ferryman.toml when present), defaults.
+Only wiring.py, http/ and cli/ read Settings; everything else takes explicit
+arguments. Rules that relate several values (provider timeout < lease, ...) are
+not enforced here but reported by ``ferryman doctor``, so a questionable setup
+still starts and can be diagnosed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from ferryman.core.errors import FerrymanError
+from ferryman.core.lease import LeasePolicy
+from ferryman.core.retry import RetryPolicy
+from ferryman.failpoints import Failpoints
+
+ENV_PREFIX = "FERRYMAN_"
+CONFIG_ENV = "FERRYMAN_CONFIG"
+DEFAULT_CONFIG_FILE = "ferryman.toml"
+# Values never echoed back in an error message: they may hold credentials.
+_SECRET_FIELDS = frozenset({"api_key", "database_url", "results_url"})
+_LOG_LEVELS = frozenset({"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"})
+
+
+class ConfigurationError(FerrymanError):
+    """The configuration is not valid."""
+
+    code = "invalid_configuration"
+
+
+def config_file_path() -> Path | None:
+    """The TOML file to read: FERRYMAN_CONFIG, else ./ferryman.toml if it exists."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigurationError(f"{CONFIG_ENV} points to {named}, which is not a file")
+        return path
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+class Settings(BaseSettings):
+    """The configuration of one ferryman process (API.md, Configuration)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        case_sensitive=False,
+        env_ignore_empty=True,
+    )
+
+    # Where things live.
+    database_url: str = "sqlite:///./ferryman.db"
+    results_url: str = "file://./ferryman-results"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    url: str = "http://127.0.0.1:8000"
+    api_key: str | None = Field(default=None, repr=False)
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+
+    # The worker and its timeouts (ARCHITECTURE.md section 7).
+    worker_concurrency: int = Field(default=64, ge=1)
+    lease_seconds: float = Field(default=60.0, gt=0)
+    visibility_timeout_seconds: float = Field(default=60.0, gt=0)
+    heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
+    provider_timeout_seconds: float = Field(default=30.0, gt=0)
+    attempt_timeout_seconds: float = Field(default=45.0, gt=0)
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    receive_wait_seconds: float = Field(default=1.0, ge=0)
+
+    # Budgets and backoff.
+    max_attempts: int = Field(default=5, ge=1)
+    max_receives: int = Field(default=10, ge=1)
+    max_invalid_output_attempts: int = Field(default=2, ge=1)
+    retry_initial_interval_seconds: float = Field(default=1.0, ge=0)
+    retry_backoff_coefficient: float = Field(default=2.0, ge=1)
+    retry_maximum_interval_seconds: float = Field(default=300.0, ge=0)
+
+    # The sweeper.
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    stalled_after_seconds: float | None = Field(default=None, gt=0)
+
+    # The API.
+    idempotency_retention_seconds: float = Field(default=86400.0, gt=0)
+    max_body_bytes: int = Field(default=262144, ge=1)
+    # Requests per second per tenant (0 turns the limit off), with bursts of tenant_burst.
+    tenant_rate_per_second: float = Field(default=50.0, ge=0)
+    tenant_burst: int = Field(default=100, ge=1)
+
+    # Operations.
+    log_level: str = "INFO"
+    log_json: bool = False
+    failpoints: str | None = None
+
+    @field_validator("sqlite_synchronous", mode="before")
+    @classmethod
+    def _upper_synchronous(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _known_log_level(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.upper()
+            if value not in _LOG_LEVELS:
+                raise ValueError(f"must be one of {', '.join(sorted(_LOG_LEVELS))}")
+        return value
+
+    @field_validator("failpoints")
+    @classmethod
+    def _parsable_failpoints(cls, value: str | None) -> str | None:
+        Failpoints.parse(value)  # raises ValueError with the reason
+        return value or None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = config_file_path()
+        if path is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, path))
+
+    # --- derived values -----------------------------------------------------------
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        return self.lease_policy().heartbeat_seconds
+
+    @property
+    def stalled_seconds(self) -> float:
+        """How long a job may sit undriven before the sweeper acts on it."""
+        if self.stalled_after_seconds is not None:
+            return self.stalled_after_seconds
+        return self.visibility_timeout_seconds + self.lease_seconds
+
+    def lease_policy(self) -> LeasePolicy:
+        return LeasePolicy(
+            lease_seconds=self.lease_seconds,
+            visibility_timeout_seconds=self.visibility_timeout_seconds,
+            heartbeat_interval_seconds=self.heartbeat_interval_seconds,
+        )
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            initial_interval_seconds=self.retry_initial_interval_seconds,
+            backoff_coefficient=self.retry_backoff_coefficient,
+            maximum_interval_seconds=self.retry_maximum_interval_seconds,
+            max_attempts=self.max_attempts,
+            max_invalid_output_attempts=self.max_invalid_output_attempts,
+        )
+
+    def failpoint_set(self) -> Failpoints:
+        return Failpoints.parse(self.failpoints)
+
+
+def env_name(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def _describe(error: dict[str, Any]) -> str:
+    field = str(error["loc"][0]) if error.get("loc") else "?"
+    if error.get("type") == "extra_forbidden":
+        return f"{field}: unknown setting (not a ferryman configuration name)"
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    where = f"{env_name(field)} (or {field} in {DEFAULT_CONFIG_FILE})"
+    if field in _SECRET_FIELDS:
+        return f"{where}: {message}"
+    return f"{where}: {message}, got {error.get('input')!r}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings, turning validation errors into one clear ConfigurationError."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = [_describe(dict(error)) for error in exc.errors()]
+        raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
+        raise ConfigurationError(f"cannot read the configuration file: {exc}") from None

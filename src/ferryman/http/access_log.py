@@ -1,0 +1,70 @@
+"""One structured log line per request, and the last word on unexpected errors.
+
+The line names the route template, never the raw path's query or any body, so
+it holds identifiers only: method, route, status, duration, tenant, job,
+correlation id. An exception no handler claimed becomes a 500 problem that says
+nothing about its cause; the cause goes to the log.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from starlette.datastructures import Headers, MutableHeaders
+
+from ferryman.http.context import CORRELATION_HEADER, RequestInfo, attach, correlation_id_from
+from ferryman.http.error_map import internal_error_response
+from ferryman.observability.logging import get_logger
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_log = get_logger("ferryman.http")
+
+
+class AccessLogMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        info = RequestInfo(correlation_id_from(Headers(scope=scope).get(CORRELATION_HEADER)))
+        attach(scope, info)
+        status = 500
+        started = False
+        began = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                MutableHeaders(scope=message)[CORRELATION_HEADER] = info.correlation_id
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            _log.exception("unhandled error", **_fields(scope, info))
+            if started:
+                raise
+            await internal_error_response()(scope, receive, send_with_id)
+        finally:
+            duration_ms = round((time.perf_counter() - began) * 1000, 2)
+            _log.info("request", status=status, duration_ms=duration_ms, **_fields(scope, info))
+
+
+def _fields(scope: Scope, info: RequestInfo) -> dict[str, Any]:
+    route = scope.get("route")
+    path_params = scope.get("path_params") or {}
+    return {
+        "method": scope.get("method"),
+        "route": getattr(route, "path", None) or "<unmatched>",
+        "tenant_id": info.tenant_id,
+        # A path parameter is whatever the caller typed: keep it short in the log.
+        "job_id": info.job_id or str(path_params.get("job_id", ""))[:64] or None,
+        "correlation_id": info.correlation_id,
+    }

@@ -1,0 +1,116 @@
+"""Request bodies: their models, and reading them only after the caller is known.
+
+Routes read bodies themselves instead of declaring them as FastAPI parameters, so
+authentication runs first (an anonymous caller learns nothing about validation),
+a malformed body is a 422 ``invalid_request`` and a non-JSON one a 415, and
+pydantic's echo of the offending input never reaches a response.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ferryman.core.errors import InvalidRequestError
+from ferryman.core.idempotency import canonical_json
+from ferryman.http.errors import UnsupportedMediaTypeError
+from ferryman.ports.control import Switch
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+    from starlette.requests import Request
+
+MAX_METADATA_BYTES = 4096
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class GenerationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(min_length=1, max_length=128)
+    input: dict[str, Any]
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+    metadata: dict[str, Any] | None = None
+    webhook_url: str | None = Field(default=None, min_length=1, max_length=2048)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_fits(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(canonical_json(value).encode("utf-8")) > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata must be at most {MAX_METADATA_BYTES} bytes as JSON")
+        return value
+
+
+class ReplayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_ids: list[str] = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class SwitchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    what: Switch
+
+
+def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
+    """Describe a body the route reads itself, so /docs still shows it."""
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+async def read_body(request: Request, model: type[ModelT]) -> ModelT:
+    data = await _read_json(request)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequestError(errors=_field_errors(exc)) from None
+
+
+async def _read_json(request: Request) -> Any:
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not _is_json(content_type):
+        raise UnsupportedMediaTypeError()
+    raw = await request.body()
+    try:
+        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        # ValueError covers bad UTF-8 and NaN/Infinity as well as bad syntax.
+        msg = "the body is not valid JSON"
+        raise InvalidRequestError(msg, errors=[{"loc": ["body"], "msg": msg}]) from None
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 parses to inf, which canonical JSON (the request fingerprint) cannot write.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _field_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    return [{"loc": ["body", *error["loc"]], "msg": _message(error)} for error in errors]
+
+
+def _message(error: ErrorDetails) -> str:
+    # Pydantic would name our model class; the caller only needs the shape.
+    if error["type"] in ("model_type", "model_attributes_type"):
+        return "the body must be a JSON object"
+    return error["msg"]

@@ -1,0 +1,165 @@
+"""The only place that maps errors to HTTP status codes, and renders them as problems.
+
+Every 4xx/5xx answer is RFC 9457 ``application/problem+json``:
+``{"type", "title", "status", "detail", "code"}``, plus ``errors`` for validation.
+A class not in the table is found through its bases; anything that is not a
+FerrymanError is a 500 whose body says nothing about what went wrong.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from ferryman.core.errors import (
+    AlreadyTerminalError,
+    AuthenticationError,
+    FerrymanError,
+    ForbiddenError,
+    IdempotencyKeyMismatchError,
+    InvalidIdempotencyKeyError,
+    InvalidRequestError,
+    JobNotFoundError,
+    PausedError,
+    PayloadTooLargeError,
+    RequestError,
+    StateConflictError,
+    StoreUnavailableError,
+)
+from ferryman.http.errors import RateLimitedError, UnsupportedMediaTypeError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from fastapi import FastAPI
+    from starlette.requests import Request
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://ferryman.dev/problems/"
+
+STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
+    InvalidRequestError: (422, "Invalid request"),
+    IdempotencyKeyMismatchError: (422, "Idempotency-Key reused with a different request"),
+    InvalidIdempotencyKeyError: (400, "Invalid Idempotency-Key header"),
+    PayloadTooLargeError: (413, "Request body too large"),
+    UnsupportedMediaTypeError: (415, "Unsupported media type"),
+    AuthenticationError: (401, "Authentication required"),
+    ForbiddenError: (403, "Forbidden"),
+    RateLimitedError: (429, "Too many requests"),
+    RequestError: (400, "Bad request"),
+    JobNotFoundError: (404, "Not found"),
+    AlreadyTerminalError: (409, "Job already finished"),
+    StateConflictError: (409, "Conflict"),
+    PausedError: (503, "Intake paused"),
+    StoreUnavailableError: (503, "Service unavailable"),
+}
+
+# Starlette's own refusals (no route, wrong method), by status.
+_HTTP_CODES: dict[int, tuple[str, str]] = {
+    404: ("not_found", "Not found"),
+    405: ("method_not_allowed", "Method not allowed"),
+}
+
+
+def status_for(exc: FerrymanError) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        entry = STATUS_TABLE.get(cls)
+        if entry is not None:
+            return entry
+    return 500, "Internal server error"
+
+
+def problem_response(
+    *,
+    status: int,
+    title: str,
+    code: str,
+    detail: str,
+    errors: Iterable[Mapping[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + code,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if errors is not None:
+        body["errors"] = [{"loc": list(e["loc"]), "msg": str(e["msg"])} for e in errors]
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def render_error(exc: FerrymanError) -> JSONResponse:
+    status, title = status_for(exc)
+    if status == 500:
+        return internal_error_response()
+    headers: dict[str, str] = {}
+    if isinstance(exc, AuthenticationError):
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, PausedError | RateLimitedError):
+        headers["Retry-After"] = str(max(1, int(exc.retry_after_seconds)))
+    errors = exc.errors if isinstance(exc, InvalidRequestError) else None
+    return problem_response(
+        status=status,
+        title=title,
+        code=exc.code,
+        detail=exc.message,
+        errors=errors,
+        headers=headers,
+    )
+
+
+def render_validation_error(exc: RequestValidationError) -> JSONResponse:
+    # Only loc and msg go out: pydantic's "input" and "ctx" would echo customer data.
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+    return problem_response(
+        status=422,
+        title="Invalid request",
+        code=InvalidRequestError.code,
+        detail="The request is not valid.",
+        errors=errors,
+    )
+
+
+def render_http_exception(exc: StarletteHTTPException) -> JSONResponse:
+    code, title = _HTTP_CODES.get(exc.status_code, ("http_error", "HTTP error"))
+    detail = exc.detail if isinstance(exc.detail, str) else title
+    return problem_response(
+        status=exc.status_code, title=title, code=code, detail=detail, headers=exc.headers
+    )
+
+
+def internal_error_response() -> JSONResponse:
+    return problem_response(
+        status=500,
+        title="Internal server error",
+        code="internal_error",
+        detail="An unexpected error occurred; it has been logged.",
+    )
+
+
+async def _ferryman_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FerrymanError)
+    return render_error(exc)
+
+
+async def _validation_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return render_validation_error(exc)
+
+
+async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return render_http_exception(exc)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every known error through this table. Unexpected exceptions are turned
+    into a 500 by the outermost middleware (http/middleware.py), which also logs them."""
+    app.add_exception_handler(FerrymanError, _ferryman_handler)
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_handler)

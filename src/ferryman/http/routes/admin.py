@@ -1,0 +1,58 @@
+"""/v1/admin: the operations API, for admin keys only (others get 403)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from ferryman.http.auth import Admin, app_deps
+from ferryman.http.bodies import ReplayRequest, SwitchRequest, openapi_body, read_body
+from ferryman.http.views import admin_job_body
+
+router = APIRouter(prefix="/v1/admin", tags=["operations"])
+
+
+@router.get("/dead-letters")
+async def dead_letters(
+    request: Request,
+    principal: Admin,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> JSONResponse:
+    page = await app_deps(request).operations.dead_letters(limit=limit, cursor=cursor)
+    return JSONResponse(
+        {"data": [admin_job_body(job) for job in page.jobs], "next_cursor": page.next_cursor}
+    )
+
+
+@router.post("/dead-letters/replay", openapi_extra=openapi_body(ReplayRequest))
+async def replay(request: Request, principal: Admin) -> JSONResponse:
+    body = await read_body(request, ReplayRequest)
+    report = await app_deps(request).operations.replay(
+        body.job_ids, actor=principal.key_id, reason=body.reason
+    )
+    return JSONResponse(
+        {
+            "replayed": report.replayed,
+            "skipped": [{"job_id": job_id, "reason": why} for job_id, why in report.skipped],
+        }
+    )
+
+
+@router.post("/pause", openapi_extra=openapi_body(SwitchRequest))
+async def pause(request: Request, principal: Admin) -> JSONResponse:
+    return await _set_switch(request, principal.key_id, paused=True)
+
+
+@router.post("/resume", openapi_extra=openapi_body(SwitchRequest))
+async def resume(request: Request, principal: Admin) -> JSONResponse:
+    return await _set_switch(request, principal.key_id, paused=False)
+
+
+async def _set_switch(request: Request, actor: str, *, paused: bool) -> JSONResponse:
+    body = await read_body(request, SwitchRequest)
+    operations = app_deps(request).operations
+    await operations.set_paused(body.what, paused, actor=actor)
+    return JSONResponse({"paused": sorted(str(switch) for switch in await operations.paused())})

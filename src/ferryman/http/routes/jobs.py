@@ -1,0 +1,83 @@
+"""/v1/generations: submit, read, list, history, cancel. Always the caller's tenant's jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from ferryman.core.job import JobStatus
+from ferryman.http.auth import Tenant, app_deps
+from ferryman.http.bodies import GenerationRequest, openapi_body, read_body
+from ferryman.http.context import request_info, valid_traceparent
+from ferryman.http.views import attempt_body, event_body, job_body, job_summary, submission_body
+from ferryman.services.intake import SubmitRequest
+
+router = APIRouter(prefix="/v1/generations", tags=["generations"])
+
+
+@router.post("", status_code=202, openapi_extra=openapi_body(GenerationRequest))
+async def submit(request: Request, principal: Tenant) -> JSONResponse:
+    body = await read_body(request, GenerationRequest)
+    info = request_info(request)
+    submission = await app_deps(request).intake.submit(
+        tenant_id=principal.tenant_id,
+        request=SubmitRequest(
+            task=body.task,
+            input=body.input,
+            model=body.model,
+            metadata=body.metadata,
+            webhook_url=body.webhook_url,
+        ),
+        idempotency_key=request.headers.get("idempotency-key"),
+        correlation_id=info.correlation_id,
+        traceparent=valid_traceparent(request.headers.get("traceparent")),
+    )
+    job = submission.job
+    info.job_id = job.job_id
+    headers = {"Location": f"/v1/generations/{job.job_id}"}
+    if submission.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(submission_body(job), status_code=202, headers=headers)
+
+
+@router.get("")
+async def list_jobs(
+    request: Request,
+    principal: Tenant,
+    status: JobStatus | None = None,
+    task: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> JSONResponse:
+    page = await app_deps(request).jobs.list(
+        principal.tenant_id, status=status, task=task, limit=limit, cursor=cursor
+    )
+    return JSONResponse(
+        {"data": [job_summary(job) for job in page.jobs], "next_cursor": page.next_cursor}
+    )
+
+
+@router.get("/{job_id}")
+async def get_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
+    view = await app_deps(request).jobs.get(principal.tenant_id, job_id)
+    return JSONResponse(job_body(view.job, result=view.result))
+
+
+@router.get("/{job_id}/events")
+async def job_events(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
+    events, attempts = await app_deps(request).jobs.history(principal.tenant_id, job_id)
+    return JSONResponse(
+        {
+            "events": [event_body(event) for event in events],
+            "attempts": [attempt_body(attempt) for attempt in attempts],
+        }
+    )
+
+
+@router.post("/{job_id}/cancel")
+async def cancel_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
+    job = await app_deps(request).jobs.cancel(principal.tenant_id, job_id)
+    # A job that can still be cancelled has not succeeded, so it has no result.
+    return JSONResponse(job_body(job, result=None))

@@ -1,0 +1,73 @@
+"""Prometheus metrics, defined once for the process.
+
+Labels are bounded sets we control (task, model, tenant, status, failure class):
+never anything derived from a prompt or an output.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+JOBS_ACCEPTED = Counter(
+    "ferryman_jobs_accepted_total",
+    "Jobs accepted by intake (new jobs, not replays).",
+    ["task", "tenant"],
+)
+IDEMPOTENT_REPLAYS = Counter(
+    "ferryman_idempotent_replays_total", "Submissions answered with an existing job.", ["tenant"]
+)
+JOB_OUTCOMES = Counter(
+    "ferryman_job_outcomes_total",
+    "Jobs reaching a terminal status, by failure class ('' when none).",
+    ["task", "tenant", "status", "failure_class"],
+)
+INVOCATIONS = Counter(
+    "ferryman_model_invocations_total",
+    "Model calls started (every one is an attempt).",
+    ["task", "model"],
+)
+RETRIES = Counter(
+    "ferryman_retries_scheduled_total", "Retries scheduled, by failure class.", ["failure_class"]
+)
+THROTTLES = Counter("ferryman_throttles_total", "Model calls answered with throttling.", ["model"])
+VALIDATION_FAILURES = Counter(
+    "ferryman_output_validation_failures_total",
+    "Model outputs that broke the task's schema.",
+    ["task"],
+)
+ATTEMPTS_ENDED = Counter(
+    "ferryman_attempts_ended_total",
+    "Attempts by how they ended (succeeded, retry, failed, lease_lost, abandoned, cancelled).",
+    ["outcome"],
+)
+DUPLICATE_DELIVERIES = Counter(
+    "ferryman_duplicate_deliveries_total", "Messages received for a job already finished."
+)
+UNKNOWN_PAYLOADS = Counter(
+    "ferryman_unknown_payload_versions_total",
+    "Messages left for a worker that knows their version.",
+)
+DEAD_LETTERED = Counter(
+    "ferryman_dead_lettered_total", "Jobs failed because their message was dead-lettered."
+)
+REDISPATCHED = Counter(
+    "ferryman_redispatched_total", "Messages re-sent by the sweeper for stalled jobs."
+)
+IN_FLIGHT = Gauge("ferryman_in_flight", "Model calls in flight in this process.")
+QUEUE_DEPTH = Gauge("ferryman_queue_depth", "Messages in the queue.", ["state"])
+OLDEST_MESSAGE_AGE = Gauge(
+    "ferryman_oldest_message_age_seconds", "Age of the oldest undeleted message."
+)
+DLQ_DEPTH = Gauge("ferryman_dead_letter_queue_depth", "Messages in the dead-letter queue.")
+MODEL_LATENCY = Histogram(
+    "ferryman_model_latency_seconds", "Model call latency.", ["model"], buckets=_LATENCY_BUCKETS
+)
+END_TO_END_LATENCY = Histogram(
+    "ferryman_end_to_end_latency_seconds",
+    "From acceptance to a terminal status.",
+    ["task"],
+    buckets=_LATENCY_BUCKETS,
+)
+TOKENS = Counter("ferryman_tokens_total", "Model usage tokens.", ["model", "direction"])

@@ -1,0 +1,132 @@
+"""The sweeper: nothing accepted is ever stranded (I2).
+
+Two sources of stranded jobs:
+- dead-lettered messages (delivered max_receives times with no recorded outcome:
+  crash loops, poison payloads): the job becomes FAILED (dead_lettered), so no
+  caller polls a running job forever; an operator can replay it;
+- stalled jobs whose message is gone or was never sent (outbox gap, expired
+  lease with its message dead-lettered while a live owner still held the job):
+  the sweeper sends a new message. Duplicates are harmless, since a job id, not a
+  message, is the identity, and a claim admits only one owner.
+Running several sweepers at once is safe: every change is a conditional write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from ferryman.core.errors import FailureClass
+from ferryman.core.job import EventKind, JobError
+from ferryman.observability import metrics
+from ferryman.ports.queue import QueueMessage
+
+if TYPE_CHECKING:
+    from ferryman.core.clock import Clock
+    from ferryman.ports.queue import DeadLetter, JobQueue
+    from ferryman.ports.store import JobStore
+
+log = structlog.get_logger("ferryman.sweeper")
+
+DEAD_LETTERED_CODE = "dead_lettered"
+BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    dead_lettered: int = 0
+    redispatched: int = 0
+
+
+class Sweeper:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        queue: JobQueue,
+        clock: Clock,
+        interval_seconds: float = 5.0,
+        stalled_after_seconds: float = 120.0,
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self._clock = clock
+        self._interval_seconds = interval_seconds
+        self._stalled_after_seconds = stalled_after_seconds
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                report = await self.sweep_once()
+                if report.dead_lettered or report.redispatched:
+                    log.info(
+                        "sweeper.swept",
+                        dead_lettered=report.dead_lettered,
+                        redispatched=report.redispatched,
+                    )
+            except Exception as exc:  # noqa: BLE001 - retried next round; never stop sweeping
+                log.warning("sweeper.failed", error_type=type(exc).__name__, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval_seconds):
+                    await stop.wait()
+
+    async def sweep_once(self) -> SweepReport:
+        dead = await self._fail_dead_letters()
+        redispatched = await self._redispatch_stalled()
+        return SweepReport(dead_lettered=dead, redispatched=redispatched)
+
+    async def _fail_dead_letters(self) -> int:
+        failed = 0
+        for letter in await self._queue.receive_dead_letters(max_messages=BATCH):
+            if await self._fail_dead_lettered_job(letter):
+                failed += 1
+            await self._queue.delete_dead_letter(letter.dead_letter_id)
+        return failed
+
+    async def _fail_dead_lettered_job(self, letter: DeadLetter) -> bool:
+        job = await self._store.get(letter.message.job_id)
+        if job is None or job.status.terminal:
+            return False
+        error = JobError(
+            code=DEAD_LETTERED_CODE,
+            failure_class=FailureClass.DELIVERY,
+            message=f"the job's message was delivered {letter.receive_count} times "
+            "without any attempt recording an outcome",
+        )
+        failed = await self._store.fail_unowned(
+            job.job_id,
+            now=self._clock.now(),
+            error=error,
+            kind=EventKind.DEAD_LETTERED,
+            detail={"receive_count": letter.receive_count},
+        )
+        if failed is None:
+            # A live attempt owns the job; if it dies, the stalled scan re-sends.
+            return False
+        metrics.DEAD_LETTERED.inc()
+        metrics.JOB_OUTCOMES.labels(
+            task=job.task, tenant=job.tenant_id, status="FAILED", failure_class="DELIVERY"
+        ).inc()
+        log.warning("job.dead_lettered", job_id=job.job_id, tenant_id=job.tenant_id)
+        return True
+
+    async def _redispatch_stalled(self) -> int:
+        now = self._clock.now()
+        stalled = await self._store.stalled(
+            now=now, older_than_seconds=self._stalled_after_seconds, limit=BATCH
+        )
+        for job in stalled:
+            await self._queue.send(QueueMessage.for_job(job))
+            await self._store.mark_dispatched(job.job_id, now=now)
+            await self._store.record_event(
+                job.job_id,
+                EventKind.REDISPATCHED,
+                now=now,
+                detail={"status": str(job.status), "dispatch_state": str(job.dispatch_state)},
+            )
+            metrics.REDISPATCHED.inc()
+        return len(stalled)

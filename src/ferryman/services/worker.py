@@ -1,0 +1,217 @@
+"""The worker: receive messages, run up to ``concurrency`` attempts at once, stop gracefully.
+
+Receiving is batched (one receive fills every free slot), and each delivery runs
+as its own asyncio task, so one process holds thousands of slow model calls at
+the cost of a coroutine each. On stop it receives nothing more, lets running
+attempts finish within the grace period, then gives the rest back: their leases
+end now and their messages become visible now, so another worker takes over at
+once instead of after a lease timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import structlog
+
+from ferryman.observability import metrics
+from ferryman.ports.control import Switch
+from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
+from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ferryman.core.clock import Clock
+    from ferryman.core.lease import LeasePolicy
+    from ferryman.core.retry import RetryPolicy
+    from ferryman.failpoints import Failpoints
+    from ferryman.ports.control import ControlStore
+    from ferryman.ports.provider import ModelProvider
+    from ferryman.ports.queue import Delivery, JobQueue
+    from ferryman.ports.results import ResultStore
+    from ferryman.ports.store import JobStore
+    from ferryman.tasks import TaskRegistry
+
+log = structlog.get_logger("ferryman.worker")
+
+MAX_RECEIVE_BATCH = 64
+PAUSE_CHECK_SECONDS = 1.0
+IDLE_BACKOFF_SECONDS = 0.5
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        queue: JobQueue,
+        results: ResultStore,
+        providers: Sequence[ModelProvider],
+        tasks: TaskRegistry,
+        control: ControlStore,
+        clock: Clock,
+        lease: LeasePolicy,
+        retry: RetryPolicy,
+        concurrency: int,
+        provider_timeout_seconds: float,
+        worker_id: str,
+        failpoints: Failpoints,
+        shutdown_grace_seconds: float = 30.0,
+        receive_wait_seconds: float = 1.0,
+        attempt_timeout_seconds: float | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.worker_id = worker_id
+        self._queue = queue
+        self._control = control
+        self._lease = lease
+        self._concurrency = concurrency
+        self._grace_seconds = shutdown_grace_seconds
+        self._wait_seconds = receive_wait_seconds
+        self._runner = AttemptRunner(
+            store=store,
+            queue=queue,
+            providers=providers,
+            tasks=tasks,
+            clock=clock,
+            lease=lease,
+            timeouts=AttemptTimeouts(
+                provider_timeout_seconds=provider_timeout_seconds,
+                attempt_timeout_seconds=attempt_timeout_seconds or provider_timeout_seconds * 1.5,
+            ),
+            gate_size=concurrency,
+        )
+        self._handler = DeliveryHandler(
+            store=store,
+            queue=queue,
+            results=results,
+            runner=self._runner,
+            clock=clock,
+            settings=DeliverySettings(lease=lease, retry=retry, worker_id=worker_id),
+            failpoints=failpoints,
+        )
+        self._running: set[asyncio.Task[Verdict]] = set()
+        self._slot_freed = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    async def handle(self, delivery: Delivery) -> Verdict:
+        """Process one delivery to its end (tests drive the worker through this)."""
+        return await self._handler.handle(delivery)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        log.info("worker.started", worker_id=self.worker_id, concurrency=self._concurrency)
+        try:
+            await self._receive_until(stop)
+        finally:
+            await self._drain()
+            log.info("worker.stopped", worker_id=self.worker_id)
+
+    async def run_until_idle(self, *, max_rounds: int = 10_000) -> int:
+        """Receive and finish work until the queue has nothing visible (tests, benchmarks)."""
+        handled = 0
+        for _ in range(max_rounds):
+            batch = await self._queue.receive(
+                max_messages=min(self._concurrency, MAX_RECEIVE_BATCH),
+                visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
+            )
+            if not batch:
+                return handled
+            await asyncio.gather(*(self._handler.handle(d) for d in batch))
+            handled += len(batch)
+        return handled
+
+    async def _receive_until(self, stop: asyncio.Event) -> None:
+        paused_until = 0.0
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            free = self._concurrency - len(self._running)
+            if free <= 0:
+                await self._wait_for_slot_or(stop)
+                continue
+            if loop.time() >= paused_until:
+                if Switch.WORKERS in await self._control.paused():
+                    await _wait_or(stop, PAUSE_CHECK_SECONDS)
+                    continue
+                paused_until = loop.time() + PAUSE_CHECK_SECONDS
+            batch = await self._receive(free)
+            if not batch:
+                continue
+            for delivery in batch:
+                self._start(delivery)
+
+    async def _receive(self, free: int) -> list[Delivery]:
+        try:
+            return await self._queue.receive(
+                max_messages=min(free, MAX_RECEIVE_BATCH),
+                visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
+                wait_seconds=self._wait_seconds,
+            )
+        except Exception as exc:  # noqa: BLE001 - a queue outage must not kill the worker
+            log.warning("worker.receive_failed", error_type=type(exc).__name__, error=str(exc))
+            await asyncio.sleep(IDLE_BACKOFF_SECONDS)
+            return []
+
+    def _start(self, delivery: Delivery) -> None:
+        task = asyncio.create_task(self._guarded(delivery))
+        self._running.add(task)
+        metrics.IN_FLIGHT.inc()
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Verdict]) -> None:
+        self._running.discard(task)
+        metrics.IN_FLIGHT.dec()
+        self._slot_freed.set()
+
+    async def _guarded(self, delivery: Delivery) -> Verdict:
+        try:
+            return await self._handler.handle(delivery)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the message reappears; the job record is the truth
+            log.warning(
+                "worker.delivery_failed",
+                job_id=delivery.message.job_id,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            return Verdict.DEFERRED
+
+    async def _wait_for_slot_or(self, stop: asyncio.Event) -> None:
+        self._slot_freed.clear()
+        waiters = [
+            asyncio.create_task(self._slot_freed.wait()),
+            asyncio.create_task(stop.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _drain(self) -> None:
+        if not self._running:
+            return
+        log.info("worker.draining", in_flight=len(self._running), grace_seconds=self._grace_seconds)
+        _done, pending = await asyncio.wait(set(self._running), timeout=self._grace_seconds)
+        if pending:
+            self._runner.release_all()
+            _done, still = await asyncio.wait(
+                pending, timeout=max(5.0, self._lease.heartbeat_seconds)
+            )
+            for task in still:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*still, return_exceptions=True)
+
+
+async def _wait_or(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()

@@ -1,0 +1,216 @@
+"""Wiring: the one module that reads Settings and builds adapters, providers and services.
+
+``open_runtime(settings)`` opens the engine named by FERRYMAN_DATABASE_URL and
+FERRYMAN_RESULTS_URL, builds every service on top of it, and closes the engine on
+exit. Entry points (CLI commands, the HTTP app, tests) take what they need from
+the Runtime and never import an adapter themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ferryman.adapters.files import FileResultStore
+from ferryman.adapters.sqlite import (
+    SqliteApiKeyStore,
+    SqliteControlStore,
+    SqliteDatabase,
+    SqliteJobQueue,
+    SqliteJobStore,
+    SqliteResultStore,
+)
+from ferryman.core.clock import SystemClock
+from ferryman.core.errors import FerrymanError
+from ferryman.core.ids import new_worker_id
+from ferryman.providers.simulated import SimulatedProvider
+from ferryman.services.access import ApiKeys
+from ferryman.services.intake import Intake
+from ferryman.services.jobs import JobQueries
+from ferryman.services.operations import Operations
+from ferryman.services.sweeper import Sweeper
+from ferryman.services.worker import Worker
+from ferryman.tasks import builtin_tasks
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from ferryman.config import Settings
+    from ferryman.core.clock import Clock
+    from ferryman.ports.control import ControlStore
+    from ferryman.ports.keys import ApiKeyStore
+    from ferryman.ports.provider import ModelProvider
+    from ferryman.ports.queue import JobQueue
+    from ferryman.ports.results import ResultStore
+    from ferryman.ports.store import JobStore
+    from ferryman.tasks import TaskRegistry
+
+SQLITE_SCHEME = "sqlite://"
+FILE_SCHEME = "file://"
+INLINE_RESULTS = "db"
+# Engines the design names but this version does not ship yet.
+_PLANNED_SCHEMES = ("postgresql://", "postgres://", "aws://", "s3://")
+
+
+class UnsupportedBackendError(FerrymanError):
+    """This backend is not available in this version."""
+
+    code = "unsupported_backend"
+
+
+class InvalidUrlError(FerrymanError):
+    """A database or results URL cannot be understood."""
+
+    code = "invalid_url"
+
+
+def _refuse_planned(url: str, variable: str) -> None:
+    for scheme in _PLANNED_SCHEMES:
+        if url.startswith(scheme):
+            raise UnsupportedBackendError(
+                f"{variable}={scheme}... is not available in this version; "
+                f"use sqlite:///path.db (database) and file://dir or db (results)"
+            )
+
+
+def sqlite_path(database_url: str) -> str:
+    """The file behind ``sqlite:///relative.db`` or ``sqlite:////absolute/path.db``."""
+    _refuse_planned(database_url, "FERRYMAN_DATABASE_URL")
+    if not database_url.startswith(SQLITE_SCHEME + "/"):
+        raise InvalidUrlError(
+            f"FERRYMAN_DATABASE_URL must look like sqlite:///path/to/file.db, got {database_url!r}"
+        )
+    path = database_url.removeprefix(SQLITE_SCHEME + "/")
+    if not path:
+        raise InvalidUrlError("FERRYMAN_DATABASE_URL names no file: use sqlite:///./ferryman.db")
+    return path
+
+
+def results_directory(results_url: str) -> str | None:
+    """The directory of ``file://dir``, or None for results kept in the database."""
+    _refuse_planned(results_url, "FERRYMAN_RESULTS_URL")
+    if results_url == INLINE_RESULTS:
+        return None
+    if not results_url.startswith(FILE_SCHEME):
+        raise InvalidUrlError(
+            f"FERRYMAN_RESULTS_URL must be file://directory or db, got {results_url!r}"
+        )
+    directory = results_url.removeprefix(FILE_SCHEME)
+    if not directory:
+        raise InvalidUrlError("FERRYMAN_RESULTS_URL names no directory: use file://./results")
+    return directory
+
+
+def check_urls(settings: Settings) -> None:
+    """Raise UnsupportedBackendError or InvalidUrlError before anything is opened."""
+    sqlite_path(settings.database_url)
+    results_directory(settings.results_url)
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Everything one process needs, built from Settings over one open engine."""
+
+    settings: Settings
+    clock: Clock
+    store: JobStore
+    queue: JobQueue
+    results: ResultStore
+    keys: ApiKeyStore
+    control: ControlStore
+    tasks: TaskRegistry
+    intake: Intake
+    jobs: JobQueries
+    operations: Operations
+    api_keys: ApiKeys
+    database_path: str
+    results_location: str
+    providers: list[ModelProvider] = field(default_factory=list)
+
+    def new_worker(self, concurrency: int | None = None) -> Worker:
+        s = self.settings
+        return Worker(
+            store=self.store,
+            queue=self.queue,
+            results=self.results,
+            providers=self.providers,
+            tasks=self.tasks,
+            control=self.control,
+            clock=self.clock,
+            lease=s.lease_policy(),
+            retry=s.retry_policy(),
+            concurrency=concurrency or s.worker_concurrency,
+            provider_timeout_seconds=s.provider_timeout_seconds,
+            attempt_timeout_seconds=s.attempt_timeout_seconds,
+            worker_id=new_worker_id(socket.gethostname(), os.getpid()),
+            failpoints=s.failpoint_set(),
+            shutdown_grace_seconds=s.shutdown_grace_seconds,
+            receive_wait_seconds=s.receive_wait_seconds,
+        )
+
+    def new_sweeper(self) -> Sweeper:
+        return Sweeper(
+            store=self.store,
+            queue=self.queue,
+            clock=self.clock,
+            interval_seconds=self.settings.sweep_interval_seconds,
+            stalled_after_seconds=self.settings.stalled_seconds,
+        )
+
+
+def _results_store(settings: Settings, db: SqliteDatabase) -> tuple[ResultStore, str]:
+    directory = results_directory(settings.results_url)
+    if directory is None:
+        return SqliteResultStore(db), "in the database"
+    # The store creates its directory on the first put (fsyncing each new level).
+    return FileResultStore(directory), str(Path(directory).resolve())
+
+
+@asynccontextmanager
+async def open_runtime(settings: Settings, *, clock: Clock | None = None) -> AsyncIterator[Runtime]:
+    """Open the configured engine, build the services over it, close it on exit."""
+    check_urls(settings)
+    path = sqlite_path(settings.database_url)
+    db = await SqliteDatabase.open(path, synchronous=settings.sqlite_synchronous)
+    try:
+        yield _build(settings, db, path, clock or SystemClock())
+    finally:
+        await db.close()
+
+
+def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> Runtime:
+    max_receives = settings.max_receives
+    store = SqliteJobStore(db, max_receives=max_receives)
+    queue = SqliteJobQueue(db, clock=clock, max_receives=max_receives)
+    results, results_location = _results_store(settings, db)
+    keys = SqliteApiKeyStore(db)
+    control = SqliteControlStore(db)
+    tasks = builtin_tasks()
+    return Runtime(
+        settings=settings,
+        clock=clock,
+        store=store,
+        queue=queue,
+        results=results,
+        keys=keys,
+        control=control,
+        tasks=tasks,
+        providers=[SimulatedProvider()],
+        intake=Intake(
+            store=store,
+            queue=queue,
+            tasks=tasks,
+            control=control,
+            clock=clock,
+            idempotency_retention_seconds=settings.idempotency_retention_seconds,
+        ),
+        jobs=JobQueries(store=store, results=results, clock=clock),
+        operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        api_keys=ApiKeys(keys=keys, clock=clock),
+        database_path=path if path == ":memory:" else str(Path(path).resolve()),
+        results_location=results_location,
+    )

@@ -1,0 +1,252 @@
+"""The engines the contract suite runs against, built lazily, one per test.
+
+Add an engine by adding an async context manager to ENGINES: it imports its
+adapters inside its body (so the memory case never waits on a server) and calls
+require_service() when a server it needs is missing, which skips locally and
+fails under CI=true. An engine that cannot be built otherwise makes the test
+error, never skip.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import pytest
+
+from ferryman.core.clock import FakeClock
+from ferryman.core.idempotency import request_fingerprint
+from ferryman.core.ids import new_attempt_id, new_correlation_id, new_job_id
+from ferryman.core.job import Job
+from ferryman.ports.queue import QueueMessage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
+    from pathlib import Path
+
+    from ferryman.ports.control import ControlStore
+    from ferryman.ports.keys import ApiKeyStore
+    from ferryman.ports.queue import JobQueue
+    from ferryman.ports.results import ResultStore
+    from ferryman.ports.store import Accepted, ClaimResult, JobStore
+
+MAX_RECEIVES = 10
+RETENTION_SECONDS = 86_400.0
+
+
+def require_service(name: str, reason: str) -> NoReturn:
+    """A missing service skips the test locally, with a reason, and fails it under CI=true."""
+    message = f"{name} is not available: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@dataclass
+class Engine:
+    name: str
+    store: JobStore
+    queue: JobQueue
+    results: ResultStore
+    keys: ApiKeyStore
+    control: ControlStore
+    clock: FakeClock
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    async def accept(self, job: Job, *, retention_seconds: float = RETENTION_SECONDS) -> Accepted:
+        """Intake's step 4: create, and where the store does not enqueue, the outbox path."""
+        accepted = await self.store.create(
+            job, idempotency_expires_at=self.now() + retention_seconds, now=self.now()
+        )
+        if accepted.created and not self.store.enqueues_with_job:
+            await self.queue.send(QueueMessage(job_id=job.job_id, tenant_id=job.tenant_id))
+            await self.store.mark_dispatched(job.job_id, now=self.now())
+        return accepted
+
+    async def claim(
+        self, job_id: str, *, lease_seconds: float = 60.0, worker_id: str = "w1"
+    ) -> ClaimResult:
+        return await self.store.claim(
+            job_id,
+            attempt_id=new_attempt_id(),
+            worker_id=worker_id,
+            now=self.now(),
+            lease_until=self.now() + lease_seconds,
+        )
+
+    async def drain(self) -> list[str]:
+        """Receive and delete every visible message; the job ids they carried."""
+        job_ids: list[str] = []
+        while deliveries := await self.queue.receive(
+            max_messages=10, visibility_timeout_seconds=30.0
+        ):
+            for delivery in deliveries:
+                job_ids.append(delivery.message.job_id)
+                await self.queue.delete(delivery.receipt)
+        return job_ids
+
+
+@asynccontextmanager
+async def _memory(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
+    from ferryman.adapters.memory import (
+        InMemoryApiKeyStore,
+        InMemoryControlStore,
+        InMemoryJobQueue,
+        InMemoryJobStore,
+        InMemoryResultStore,
+    )
+
+    queue = InMemoryJobQueue(clock=clock, max_receives=MAX_RECEIVES)
+    yield Engine(
+        name="memory",
+        store=InMemoryJobStore(queue=queue),
+        queue=queue,
+        results=InMemoryResultStore(),
+        keys=InMemoryApiKeyStore(),
+        control=InMemoryControlStore(),
+        clock=clock,
+    )
+
+
+@asynccontextmanager
+async def _memory_outbox(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
+    """The memory store without its own queue: the shape of an engine like DynamoDB + SQS."""
+    from ferryman.adapters.memory import (
+        InMemoryApiKeyStore,
+        InMemoryControlStore,
+        InMemoryJobQueue,
+        InMemoryJobStore,
+        InMemoryResultStore,
+    )
+
+    yield Engine(
+        name="memory-outbox",
+        store=InMemoryJobStore(queue=None),
+        queue=InMemoryJobQueue(clock=clock, max_receives=MAX_RECEIVES),
+        results=InMemoryResultStore(),
+        keys=InMemoryApiKeyStore(),
+        control=InMemoryControlStore(),
+        clock=clock,
+    )
+
+
+@asynccontextmanager
+async def _sqlite(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
+    from ferryman.adapters.sqlite import (
+        SqliteApiKeyStore,
+        SqliteControlStore,
+        SqliteDatabase,
+        SqliteJobQueue,
+        SqliteJobStore,
+        SqliteResultStore,
+    )
+
+    db = await SqliteDatabase.open(str(tmp_path / "f.db"), synchronous="FULL")
+    try:
+        yield Engine(
+            name="sqlite",
+            store=SqliteJobStore(db, max_receives=MAX_RECEIVES),
+            queue=SqliteJobQueue(
+                db, clock=clock, max_receives=MAX_RECEIVES, poll_interval_seconds=0.05
+            ),
+            results=SqliteResultStore(db),
+            keys=SqliteApiKeyStore(db),
+            control=SqliteControlStore(db),
+            clock=clock,
+        )
+    finally:
+        await db.close()
+
+
+ENGINES: dict[str, Callable[[Path, FakeClock], AbstractAsyncContextManager[Engine]]] = {
+    "memory": _memory,
+    "memory-outbox": _memory_outbox,
+    "sqlite": _sqlite,
+}
+
+
+@asynccontextmanager
+async def _memory_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
+    from ferryman.adapters.memory import InMemoryResultStore
+
+    yield InMemoryResultStore()
+
+
+@asynccontextmanager
+async def _sqlite_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
+    from ferryman.adapters.sqlite import SqliteDatabase, SqliteResultStore
+
+    db = await SqliteDatabase.open(str(tmp_path / "r.db"), synchronous="FULL")
+    try:
+        yield SqliteResultStore(db)
+    finally:
+        await db.close()
+
+
+@asynccontextmanager
+async def _file_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
+    from ferryman.adapters.files import FileResultStore
+
+    yield FileResultStore(str(tmp_path / "results"))
+
+
+RESULT_STORES: dict[str, Callable[[Path], AbstractAsyncContextManager[ResultStore]]] = {
+    "memory": _memory_results,
+    "sqlite": _sqlite_results,
+    "files": _file_results,
+}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=list(ENGINES))
+async def engine(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Engine]:
+    async with ENGINES[request.param](tmp_path, clock) as built:
+        yield built
+
+
+@pytest.fixture(params=list(RESULT_STORES))
+async def result_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ResultStore]:
+    async with RESULT_STORES[request.param](tmp_path) as built:
+        yield built
+
+
+@pytest.fixture
+def job_factory(clock: FakeClock) -> Callable[..., Job]:
+    """A new QUEUED core Job of tenant t1; any field can be overridden."""
+
+    def make(**overrides: Any) -> Job:
+        task = overrides.get("task", "generate")
+        model = overrides.get("model", "sim")
+        input_ = overrides.get("input", {"prompt": "Hello"})
+        now = clock.now()
+        fields: dict[str, Any] = {
+            "tenant_id": "t1",
+            "job_id": new_job_id(),
+            "task": task,
+            "model": model,
+            "input": input_,
+            "request_hash": request_fingerprint(task=task, input=input_, model=model),
+            "created_at": now,
+            "updated_at": now,
+            "correlation_id": new_correlation_id(),
+        }
+        fields.update(overrides)
+        return Job(**fields)
+
+    return make

@@ -1,0 +1,25 @@
+"""The suite's own rule: a missing service skips locally and fails under CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import ENGINES, require_service
+
+
+def test_a_missing_service_skips_locally(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+
+    with pytest.raises(pytest.skip.Exception, match="postgres"):
+        require_service("postgres", "no server on localhost:5432")
+
+
+def test_a_missing_service_fails_under_ci(monkeypatch):
+    monkeypatch.setenv("CI", "true")
+
+    with pytest.raises(pytest.fail.Exception, match="no server"):
+        require_service("postgres", "no server on localhost:5432")
+
+
+def test_the_memory_and_sqlite_engines_are_registered():
+    assert {"memory", "sqlite"} <= set(ENGINES)

@@ -1,0 +1,332 @@
+"""JobStore retries, unowned failures, replay, attempt endings, the sweeper's view, history."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferryman.core.errors import FailureClass, IllegalTransitionError, JobNotFoundError
+from ferryman.core.job import (
+    AttemptOutcome,
+    AttemptReport,
+    DispatchState,
+    EventKind,
+    JobError,
+    JobStatus,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+TRANSIENT = JobError(code="timeout", failure_class=FailureClass.TRANSIENT, message="slow")
+INVALID = JobError(code="invalid_output", failure_class=FailureClass.INVALID_OUTPUT, message="x")
+DEAD = JobError(code="dead_lettered", failure_class=FailureClass.DELIVERY, message="redriven")
+RETRY = AttemptReport(outcome=AttemptOutcome.RETRY, failure_class=FailureClass.TRANSIENT)
+SUCCEEDED = AttemptReport(outcome=AttemptOutcome.SUCCEEDED)
+FAILED = AttemptReport(outcome=AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
+LEASE_LOST = AttemptReport(outcome=AttemptOutcome.LEASE_LOST, latency_ms=99)
+
+
+async def _queued(engine, job_factory, **overrides):
+    job = job_factory(**overrides)
+    await engine.accept(job)
+    return job.job_id
+
+
+async def _retry(engine, job_id, error, *, delay=10.0):
+    claimed = await engine.claim(job_id)
+    not_before = engine.now() + delay
+    assert await engine.store.schedule_retry(
+        job_id,
+        attempt_id=claimed.job.attempt_id,
+        now=engine.now(),
+        not_before=not_before,
+        error=error,
+        report=RETRY,
+    )
+    return not_before
+
+
+async def test_schedule_retry_counts_failures_and_invalid_outputs(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+
+    not_before = await _retry(engine, job_id, INVALID)
+    job = await engine.store.get(job_id)
+    assert job.status is JobStatus.RETRY_SCHEDULED
+    assert job.not_before == not_before
+    assert job.lease_until is None
+    assert (job.failure_count, job.invalid_output_count) == (1, 1)
+    assert job.error == INVALID
+    event = (await engine.store.events(job_id))[-1]
+    assert event.kind is EventKind.RETRY_SCHEDULED
+    assert event.detail["not_before"] == not_before
+
+    engine.advance(10)
+    await _retry(engine, job_id, TRANSIENT)
+    job = await engine.store.get(job_id)
+    assert (job.failure_count, job.invalid_output_count, job.attempt_count) == (2, 1, 2)
+    assert [a.outcome for a in await engine.store.attempts(job_id)] == [AttemptOutcome.RETRY] * 2
+
+
+async def test_fail_unowned_fails_a_waiting_job(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+
+    job = await engine.store.fail_unowned(
+        job_id, now=engine.now(), error=DEAD, kind=EventKind.DEAD_LETTERED, detail={"n": 10}
+    )
+
+    assert job is not None
+    assert (job.status, job.error, job.completed_at) == (JobStatus.FAILED, DEAD, engine.now())
+    assert await engine.store.get(job_id) == job
+    event = (await engine.store.events(job_id))[-1]
+    assert (event.kind, event.detail) == (EventKind.DEAD_LETTERED, {"n": 10})
+
+
+async def test_fail_unowned_closes_an_expired_attempt_as_abandoned(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    await engine.claim(job_id, lease_seconds=60)
+    engine.advance(61)
+
+    job = await engine.store.fail_unowned(
+        job_id, now=engine.now(), error=DEAD, kind=EventKind.DEAD_LETTERED, detail={}
+    )
+
+    assert job is not None
+    assert job.status is JobStatus.FAILED
+    [attempt] = await engine.store.attempts(job_id)
+    assert attempt.outcome is AttemptOutcome.ABANDONED
+    assert attempt.ended_at == engine.now()
+
+
+async def test_fail_unowned_refuses_a_live_owner_and_a_terminal_job(engine, job_factory):
+    owned = await _queued(engine, job_factory)
+    await engine.claim(owned, lease_seconds=60)
+    engine.advance(60)
+    owned_before = await engine.store.get(owned)
+    done = await _queued(engine, job_factory)
+    await engine.store.request_cancel(done, tenant_id="t1", now=engine.now())
+    done_before = await engine.store.get(done)
+
+    for job_id in (owned, done):
+        assert (
+            await engine.store.fail_unowned(
+                job_id, now=engine.now(), error=DEAD, kind=EventKind.DEAD_LETTERED, detail={}
+            )
+            is None
+        )
+
+    assert await engine.store.get(owned) == owned_before
+    assert await engine.store.get(done) == done_before
+    assert [a.outcome for a in await engine.store.attempts(owned)] == [None]
+
+
+# --- replay -----------------------------------------------------------------------
+
+
+async def _failed(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    await _retry(engine, job_id, INVALID)
+    engine.advance(10)
+    claimed = await engine.claim(job_id)
+    assert await engine.store.fail(
+        job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), error=TRANSIENT, report=FAILED
+    )
+    return job_id
+
+
+async def test_replay_restarts_a_failed_job_keeping_its_fence(engine, job_factory):
+    job_id = await _failed(engine, job_factory)
+    assert await engine.drain() == [job_id]
+    engine.advance(100)
+
+    job = await engine.store.replay(job_id, now=engine.now(), actor="ops@t", reason="fixed")
+
+    assert job.status is JobStatus.QUEUED
+    assert (job.attempt_count, job.failure_count, job.invalid_output_count) == (0, 0, 0)
+    assert job.fence == 2
+    assert (job.error, job.result_ref, job.completed_at, job.attempt_id) == (None, None, None, None)
+    assert job.cancel_requested is False
+    assert await engine.store.get(job_id) == job
+    replayed = [e for e in await engine.store.events(job_id) if e.kind is EventKind.REPLAYED]
+    assert len(replayed) == 1
+    assert replayed[0].detail["actor"] == "ops@t"
+    assert replayed[0].detail["reason"] == "fixed"
+    if engine.store.enqueues_with_job:
+        assert job.dispatch_state is DispatchState.DISPATCHED
+        assert await engine.drain() == [job_id]
+    else:
+        assert job.dispatch_state is DispatchState.PENDING
+        assert await engine.drain() == []
+
+    again = await engine.claim(job_id)
+    assert again.claimed is True
+    assert (again.job.fence, again.job.attempt_count) == (3, 1)
+    assert [a.attempt_no for a in await engine.store.attempts(job_id)] == [1, 2, 3]
+
+
+async def test_replay_restarts_a_cancelled_job(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    await engine.store.request_cancel(job_id, tenant_id="t1", now=engine.now())
+
+    job = await engine.store.replay(job_id, now=engine.now(), actor="ops", reason="oops")
+
+    assert job.status is JobStatus.QUEUED
+    assert job.cancel_requested is False
+
+
+async def test_replay_refuses_a_succeeded_or_unknown_job(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id)
+    assert await engine.store.succeed(
+        job_id,
+        attempt_id=claimed.job.attempt_id,
+        now=engine.now(),
+        result_ref="r",
+        report=SUCCEEDED,
+    )
+    before = await engine.store.get(job_id)
+
+    with pytest.raises(IllegalTransitionError):
+        await engine.store.replay(job_id, now=engine.now(), actor="ops", reason="again")
+    with pytest.raises(JobNotFoundError):
+        await engine.store.replay("gen_unknown", now=engine.now(), actor="ops", reason="x")
+
+    assert await engine.store.get(job_id) == before
+
+
+# --- end_attempt ------------------------------------------------------------------
+
+
+async def test_end_attempt_records_a_lost_lease_without_touching_the_job(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id, lease_seconds=60)
+    engine.advance(61)
+    before = await engine.store.get(job_id)
+
+    await engine.store.end_attempt(
+        job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), report=LEASE_LOST
+    )
+
+    assert await engine.store.get(job_id) == before
+    [attempt] = await engine.store.attempts(job_id)
+    assert (attempt.outcome, attempt.ended_at, attempt.latency_ms) == (
+        AttemptOutcome.LEASE_LOST,
+        engine.now(),
+        99,
+    )
+    assert (await engine.store.events(job_id))[-1].kind is EventKind.LEASE_LOST
+
+
+async def test_end_attempt_leaves_an_attempt_that_already_has_an_outcome(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    first = await engine.claim(job_id, lease_seconds=60)
+    engine.advance(61)
+    await engine.claim(job_id, worker_id="w2")
+    attempts_before = await engine.store.attempts(job_id)
+    events_before = await engine.store.events(job_id)
+
+    await engine.store.end_attempt(
+        job_id, attempt_id=first.job.attempt_id, now=engine.now(), report=LEASE_LOST
+    )
+
+    assert await engine.store.attempts(job_id) == attempts_before
+    assert attempts_before[0].outcome is AttemptOutcome.ABANDONED
+    assert await engine.store.events(job_id) == events_before
+
+
+# --- stalled ----------------------------------------------------------------------
+
+
+async def test_stalled_lists_jobs_nothing_is_driving(engine, job_factory):
+    lease_expired = await _queued(engine, job_factory)
+    await engine.claim(lease_expired, lease_seconds=60)
+    retry_overdue = await _queued(engine, job_factory)
+    await _retry(engine, retry_overdue, TRANSIENT, delay=10)
+    succeeded = await _queued(engine, job_factory)
+    claimed = await engine.claim(succeeded)
+    await engine.store.succeed(
+        succeeded,
+        attempt_id=claimed.job.attempt_id,
+        now=engine.now(),
+        result_ref="r",
+        report=SUCCEEDED,
+    )
+    old_queued = await _queued(engine, job_factory)
+    pending = None
+    if not engine.store.enqueues_with_job:
+        # Created, but the process died before it sent the message.
+        pending = job_factory()
+        await engine.store.create(pending, idempotency_expires_at=None, now=engine.now())
+    engine.advance(1_000)
+    fresh_lease = await _queued(engine, job_factory)
+    await engine.claim(fresh_lease, lease_seconds=60)
+    fresh_retry = await _queued(engine, job_factory)
+    await _retry(engine, fresh_retry, TRANSIENT, delay=10)
+    fresh_queued = await _queued(engine, job_factory)
+    engine.advance(100)
+
+    stalled = await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=100)
+
+    expected = {lease_expired, retry_overdue}
+    if pending is not None:
+        expected.add(pending.job_id)
+    assert {j.job_id for j in stalled} == expected
+    assert not {succeeded, old_queued, fresh_lease, fresh_retry, fresh_queued} & expected
+    assert len(await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=1)) == 1
+
+
+async def test_a_terminal_job_is_never_stalled(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id, lease_seconds=60)
+    await engine.store.fail(
+        job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), error=TRANSIENT, report=FAILED
+    )
+    if not engine.store.enqueues_with_job:
+        undispatched = job_factory()
+        await engine.store.create(undispatched, idempotency_expires_at=None, now=engine.now())
+        await engine.store.request_cancel(undispatched.job_id, tenant_id="t1", now=engine.now())
+    engine.advance(10_000)
+
+    assert await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=100) == []
+
+
+# --- history ----------------------------------------------------------------------
+
+
+async def test_events_and_attempts_are_in_order(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    await _retry(engine, job_id, TRANSIENT)
+    engine.advance(10)
+    claimed = await engine.claim(job_id, worker_id="w2")
+    await engine.store.record_event(
+        job_id, EventKind.DUPLICATE_DELIVERY, now=engine.now(), detail={"receive_count": 2}
+    )
+    engine.advance(1)
+    await engine.store.succeed(
+        job_id,
+        attempt_id=claimed.job.attempt_id,
+        now=engine.now(),
+        result_ref="r",
+        report=SUCCEEDED,
+    )
+
+    events = await engine.store.events(job_id)
+    attempts = await engine.store.attempts(job_id)
+
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.at for e in events] == sorted(e.at for e in events)
+    assert all(e.job_id == job_id for e in events)
+    assert [e.kind for e in events if e.kind is not EventKind.DISPATCHED] == [
+        EventKind.ACCEPTED,
+        EventKind.CLAIMED,
+        EventKind.RETRY_SCHEDULED,
+        EventKind.CLAIMED,
+        EventKind.DUPLICATE_DELIVERY,
+        EventKind.SUCCEEDED,
+    ]
+    [duplicate] = [e for e in events if e.kind is EventKind.DUPLICATE_DELIVERY]
+    assert duplicate.detail == {"receive_count": 2}
+    assert [(a.attempt_no, a.worker_id, a.outcome) for a in attempts] == [
+        (1, "w1", AttemptOutcome.RETRY),
+        (2, "w2", AttemptOutcome.SUCCEEDED),
+    ]
+    assert await engine.store.events("gen_unknown") == []
+    assert await engine.store.attempts("gen_unknown") == []

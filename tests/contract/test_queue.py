@@ -1,0 +1,206 @@
+"""JobQueue: SQS semantics (visibility, receipts, receive counts, redrive, stats)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ferryman.core.ids import new_job_id
+from ferryman.ports.queue import QueueMessage
+
+pytestmark = pytest.mark.timeout(30)
+
+MAX_RECEIVES = 10
+
+
+def _message(tenant_id="t1"):
+    return QueueMessage(job_id=new_job_id(), tenant_id=tenant_id, traceparent="00-abc-def-01")
+
+
+async def _receive(engine, *, max_messages=10, visibility=30.0, wait=0.0):
+    return await engine.queue.receive(
+        max_messages=max_messages, visibility_timeout_seconds=visibility, wait_seconds=wait
+    )
+
+
+async def test_a_message_round_trips(engine):
+    message = _message()
+    await engine.queue.send(message)
+
+    [delivery] = await _receive(engine)
+
+    assert delivery.message == message
+    assert delivery.receive_count == 1
+    assert delivery.sent_at == engine.now()
+
+
+async def test_a_received_message_is_hidden_then_delivered_again(engine):
+    message = _message()
+    await engine.queue.send(message)
+    [first] = await _receive(engine, visibility=30)
+
+    hidden = await _receive(engine)
+    engine.advance(31)
+    [second] = await _receive(engine)
+
+    assert hidden == []
+    assert second.message.job_id == message.job_id
+    assert second.receive_count == 2
+    assert second.receipt != first.receipt
+
+
+async def test_change_visibility_extends_the_hiding(engine):
+    await engine.queue.send(_message())
+    [delivery] = await _receive(engine, visibility=30)
+
+    assert await engine.queue.change_visibility(delivery.receipt, timeout_seconds=120) is True
+    engine.advance(31)
+    assert await _receive(engine) == []
+    engine.advance(90)
+    assert len(await _receive(engine)) == 1
+
+
+async def test_change_visibility_to_zero_shows_it_now(engine):
+    await engine.queue.send(_message())
+    [delivery] = await _receive(engine, visibility=300)
+
+    assert await engine.queue.change_visibility(delivery.receipt, timeout_seconds=0) is True
+    [again] = await _receive(engine)
+
+    assert again.receive_count == 2
+
+
+async def test_a_stale_receipt_changes_nothing(engine):
+    message = _message()
+    await engine.queue.send(message)
+    [old] = await _receive(engine, visibility=30)
+    engine.advance(31)
+    [current] = await _receive(engine, visibility=30)
+
+    assert await engine.queue.change_visibility(old.receipt, timeout_seconds=0) is False
+    await engine.queue.delete(old.receipt)  # not an error, and not an acknowledgement
+    assert await _receive(engine) == []
+    engine.advance(31)
+    [third] = await _receive(engine)
+
+    assert third.message.job_id == message.job_id
+    assert third.receive_count == 3
+    assert current.receipt != third.receipt
+
+
+async def test_delete_acknowledges(engine):
+    await engine.queue.send(_message())
+    [delivery] = await _receive(engine)
+
+    await engine.queue.delete(delivery.receipt)
+    await engine.queue.delete(delivery.receipt)  # deleting twice is not an error
+    engine.advance(1_000)
+
+    assert await _receive(engine) == []
+    assert await engine.queue.change_visibility(delivery.receipt, timeout_seconds=0) is False
+    stats = await engine.queue.stats()
+    assert (stats.visible, stats.in_flight, stats.dead_letters) == (0, 0, 0)
+    assert stats.oldest_age_seconds == 0
+
+
+async def test_a_delayed_message_appears_after_its_delay(engine):
+    await engine.queue.send(_message(), delay_seconds=60)
+
+    assert await _receive(engine) == []
+    stats = await engine.queue.stats()
+    assert (stats.visible, stats.in_flight) == (0, 1)
+    engine.advance(61)
+    assert len(await _receive(engine)) == 1
+
+
+async def test_messages_come_oldest_first_up_to_max_messages(engine):
+    sent = []
+    for _ in range(5):
+        message = _message()
+        await engine.queue.send(message)
+        sent.append(message.job_id)
+        engine.advance(1)
+
+    first = await _receive(engine, max_messages=2)
+    rest = await _receive(engine, max_messages=10)
+
+    assert [d.message.job_id for d in first] == sent[:2]
+    assert [d.message.job_id for d in rest] == sent[2:]
+
+
+async def test_a_message_is_dead_lettered_after_max_receives(engine):
+    message = _message()
+    await engine.queue.send(message)
+
+    counts = []
+    for _ in range(MAX_RECEIVES + 3):
+        counts.extend(d.receive_count for d in await _receive(engine, visibility=30))
+        engine.advance(31)
+
+    assert counts == list(range(1, MAX_RECEIVES + 1))
+    stats = await engine.queue.stats()
+    assert (stats.visible, stats.in_flight, stats.dead_letters) == (0, 0, 1)
+    [dead] = await engine.queue.receive_dead_letters(max_messages=10)
+    assert dead.message == message
+    assert dead.receive_count == MAX_RECEIVES
+
+    await engine.queue.delete_dead_letter(dead.dead_letter_id)
+
+    assert await engine.queue.receive_dead_letters(max_messages=10) == []
+    assert (await engine.queue.stats()).dead_letters == 0
+
+
+async def test_receive_dead_letters_respects_max_messages(engine):
+    for _ in range(3):
+        await engine.queue.send(_message())
+    for _ in range(MAX_RECEIVES + 1):
+        await _receive(engine, visibility=30)
+        engine.advance(31)
+
+    assert (await engine.queue.stats()).dead_letters == 3
+    assert len(await engine.queue.receive_dead_letters(max_messages=2)) == 2
+
+
+async def test_stats_count_visible_in_flight_and_the_oldest_age(engine):
+    assert await engine.queue.stats() == type(await engine.queue.stats())(
+        visible=0, in_flight=0, oldest_age_seconds=0, dead_letters=0
+    )
+    await engine.queue.send(_message())
+    engine.advance(10)
+    await engine.queue.send(_message())
+    await engine.queue.send(_message())
+    engine.advance(2)
+
+    [received] = await _receive(engine, max_messages=1)
+    stats = await engine.queue.stats()
+
+    assert (stats.visible, stats.in_flight, stats.dead_letters) == (2, 1, 0)
+    assert stats.oldest_age_seconds == pytest.approx(12, abs=0.01)
+    await engine.queue.delete(received.receipt)
+    assert (await engine.queue.stats()).oldest_age_seconds == pytest.approx(2, abs=0.01)
+
+
+@pytest.mark.timeout(10)
+async def test_a_waiting_receive_returns_when_a_message_is_sent(engine):
+    message = _message()
+    started = time.monotonic()
+    waiting = asyncio.create_task(_receive(engine, wait=5.0))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+
+    await engine.queue.send(message)
+    deliveries = await asyncio.wait_for(waiting, timeout=4)
+
+    assert [d.message.job_id for d in deliveries] == [message.job_id]
+    assert time.monotonic() - started < 4
+
+
+@pytest.mark.timeout(10)
+async def test_a_waiting_receive_gives_up_after_wait_seconds(engine):
+    started = time.monotonic()
+
+    assert await _receive(engine, wait=0.3) == []
+
+    assert 0.25 <= time.monotonic() - started < 3

@@ -1,0 +1,221 @@
+"""Fixtures for the HTTP tests (prefixed ``http_``): the real app over real services
+and SQLite in tmp_path, a FakeClock, and an in-process worker when jobs must finish."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from ferryman.adapters.sqlite import (
+    SqliteApiKeyStore,
+    SqliteControlStore,
+    SqliteDatabase,
+    SqliteJobQueue,
+    SqliteJobStore,
+    SqliteResultStore,
+)
+from ferryman.core.clock import FakeClock
+from ferryman.core.lease import LeasePolicy
+from ferryman.core.retry import RetryPolicy
+from ferryman.failpoints import Failpoints
+from ferryman.http.app import AppDeps, create_app
+from ferryman.providers.simulated import SimulatedProvider
+from ferryman.services.access import ApiKeys
+from ferryman.services.intake import Intake
+from ferryman.services.jobs import JobQueries
+from ferryman.services.operations import Operations
+from ferryman.services.sweeper import Sweeper
+from ferryman.services.worker import Worker
+from ferryman.tasks import builtin_tasks
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
+
+    from fastapi import FastAPI
+
+    from ferryman.ports.provider import ModelRequest, ModelResponse
+    from ferryman.tasks import TaskRegistry
+
+HTTP_MAX_RECEIVES = 3
+
+
+class HttpCountingProvider:
+    """The sim, counting model invocations (each one is billed in real life)."""
+
+    def __init__(self) -> None:
+        self._inner = SimulatedProvider()
+        self.invocations = 0
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def serves(self, model: str) -> bool:
+        return self._inner.serves(model)
+
+    async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
+        self.invocations += 1
+        return await self._inner.invoke(request, timeout_seconds=timeout_seconds)
+
+
+@dataclass
+class HttpStack:
+    """Every service over one SQLite file, as `ferryman serve` would build it."""
+
+    clock: FakeClock
+    db: SqliteDatabase
+    store: SqliteJobStore
+    queue: SqliteJobQueue
+    results: SqliteResultStore
+    control: SqliteControlStore
+    tasks: TaskRegistry
+    intake: Intake
+    jobs: JobQueries
+    operations: Operations
+    api_keys: ApiKeys
+    provider: HttpCountingProvider = field(default_factory=HttpCountingProvider)
+
+    def deps(self, **overrides: Any) -> AppDeps:
+        options: dict[str, Any] = {
+            "intake": self.intake,
+            "jobs": self.jobs,
+            "operations": self.operations,
+            "api_keys": self.api_keys,
+            "clock": self.clock,
+        }
+        options.update(overrides)
+        return AppDeps(**options)
+
+    def app(self, **overrides: Any) -> FastAPI:
+        return create_app(self.deps(**overrides))
+
+    def worker(self) -> Worker:
+        return Worker(
+            store=self.store,
+            queue=self.queue,
+            results=self.results,
+            providers=[self.provider],
+            tasks=self.tasks,
+            control=self.control,
+            clock=self.clock,
+            lease=LeasePolicy(lease_seconds=60.0, visibility_timeout_seconds=60.0),
+            retry=RetryPolicy(max_attempts=2),
+            concurrency=8,
+            provider_timeout_seconds=5.0,
+            worker_id="http-test-worker",
+            failpoints=Failpoints(),
+            shutdown_grace_seconds=0.05,
+            receive_wait_seconds=0.0,
+        )
+
+    async def run_worker(self) -> int:
+        """Handle every visible message to its end; return how many were handled."""
+        return await self.worker().run_until_idle()
+
+    async def dead_letter(self, job_id: str) -> None:
+        """Strand a job the way a crash loop does: receive its message past max_receives
+        without any outcome, then let the sweeper fail it as dead_lettered."""
+        for _ in range(HTTP_MAX_RECEIVES + 1):
+            await self.queue.receive(max_messages=10, visibility_timeout_seconds=1.0)
+            self.clock.advance(2.0)
+        await Sweeper(store=self.store, queue=self.queue, clock=self.clock).sweep_once()
+        job = await self.store.get(job_id)
+        assert job is not None
+        assert job.error is not None
+        assert job.error.code == "dead_lettered"
+
+
+@pytest.fixture
+async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
+    clock = FakeClock()
+    db = await SqliteDatabase.open(tmp_path / "ferryman.db", synchronous="NORMAL")
+    store = SqliteJobStore(db, max_receives=HTTP_MAX_RECEIVES)
+    queue = SqliteJobQueue(db, clock=clock, max_receives=HTTP_MAX_RECEIVES)
+    results = SqliteResultStore(db)
+    control = SqliteControlStore(db)
+    tasks = builtin_tasks()
+    stack = HttpStack(
+        clock=clock,
+        db=db,
+        store=store,
+        queue=queue,
+        results=results,
+        control=control,
+        tasks=tasks,
+        intake=Intake(
+            store=store,
+            queue=queue,
+            tasks=tasks,
+            control=control,
+            clock=clock,
+            idempotency_retention_seconds=86_400.0,
+        ),
+        jobs=JobQueries(store=store, results=results, clock=clock),
+        operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        api_keys=ApiKeys(SqliteApiKeyStore(db), clock),
+    )
+    try:
+        yield stack
+    finally:
+        await db.close()
+
+
+@dataclass(frozen=True)
+class HttpKeys:
+    acme: str
+    globex: str
+    admin: str
+
+    @staticmethod
+    def bearer(key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+async def http_keys(http_stack: HttpStack) -> HttpKeys:
+    return HttpKeys(
+        acme=await http_stack.api_keys.create("acme"),
+        globex=await http_stack.api_keys.create("globex"),
+        admin=await http_stack.api_keys.create("ops", admin=True),
+    )
+
+
+@pytest.fixture
+async def http_open_client() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
+    """Factory: an AsyncClient over an app (no lifespan, as ASGITransport runs it),
+    optionally sending ``key`` as its Bearer token; closed at teardown."""
+    clients: list[httpx.AsyncClient] = []
+
+    def open_client(app: FastAPI, key: str | None = None) -> httpx.AsyncClient:
+        headers = HttpKeys.bearer(key) if key is not None else {}
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://test", headers=headers
+        )
+        clients.append(client)
+        return client
+
+    yield open_client
+    for client in clients:
+        await client.aclose()
+
+
+@pytest.fixture
+def http_client(
+    http_stack: HttpStack, http_keys: HttpKeys, http_open_client: Callable[..., httpx.AsyncClient]
+) -> httpx.AsyncClient:
+    """A client of the default app, authenticated as tenant acme."""
+    return http_open_client(http_stack.app(), http_keys.acme)
+
+
+@pytest.fixture
+def http_generate_body() -> Callable[..., dict[str, Any]]:
+    def make(prompt: str = "Hello there", **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"task": "generate", "input": {"prompt": prompt}}
+        body.update(overrides)
+        return body
+
+    return make

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ferryman.core.errors import FailureClass
+from ferryman.core.retry import RETRYABLE, RetryPolicy, decide
+
+NON_RETRYABLE = [c for c in FailureClass if c not in RETRYABLE]
+RETRYING = [FailureClass.THROTTLED, FailureClass.TRANSIENT, FailureClass.INVALID_OUTPUT]
+
+
+def test_the_retryable_classes_are_the_documented_ones() -> None:
+    assert set(RETRYABLE) == set(RETRYING)
+    assert set(NON_RETRYABLE) == {
+        FailureClass.INVALID_REQUEST,
+        FailureClass.UNAUTHORIZED,
+        FailureClass.SAFETY_REJECTED,
+        FailureClass.DELIVERY,
+    }
+
+
+@given(
+    failure_class=st.sampled_from(NON_RETRYABLE),
+    failures=st.integers(1, 3),
+    retry_after=st.none() | st.floats(0, 100),
+)
+def test_non_retryable_classes_never_retry(
+    failure_class: FailureClass, failures: int, retry_after: float | None
+) -> None:
+    decision = decide(
+        RetryPolicy(max_attempts=10),
+        failure_class=failure_class,
+        failures=failures,
+        invalid_outputs=0,
+        retry_after_seconds=retry_after,
+    )
+    assert not decision.retry
+    assert decision.reason == "not_retryable"
+
+
+@pytest.mark.parametrize("failure_class", [FailureClass.THROTTLED, FailureClass.TRANSIENT])
+def test_max_attempts_reached_gives_up(failure_class: FailureClass) -> None:
+    policy = RetryPolicy(max_attempts=3)
+    rng = random.Random(1)
+    for failures in (1, 2):
+        assert decide(
+            policy, failure_class=failure_class, failures=failures, invalid_outputs=0, rng=rng
+        ).retry
+    exhausted = decide(policy, failure_class=failure_class, failures=3, invalid_outputs=0, rng=rng)
+    assert (exhausted.retry, exhausted.reason) == (False, "attempts_exhausted")
+
+
+def test_max_attempts_one_never_retries() -> None:
+    decision = decide(
+        RetryPolicy(max_attempts=1),
+        failure_class=FailureClass.TRANSIENT,
+        failures=1,
+        invalid_outputs=0,
+    )
+    assert (decision.retry, decision.reason) == (False, "attempts_exhausted")
+
+
+def test_invalid_output_has_its_own_smaller_budget() -> None:
+    policy = RetryPolicy(max_attempts=5)
+    assert policy.max_invalid_output_attempts == 2
+    first = decide(policy, failure_class=FailureClass.INVALID_OUTPUT, failures=1, invalid_outputs=1)
+    assert first.retry
+    second = decide(
+        policy, failure_class=FailureClass.INVALID_OUTPUT, failures=2, invalid_outputs=2
+    )
+    assert (second.retry, second.reason) == (False, "invalid_output_exhausted")
+
+
+def test_invalid_outputs_do_not_spend_the_budget_of_other_classes() -> None:
+    policy = RetryPolicy(max_attempts=5, max_invalid_output_attempts=2)
+    decision = decide(policy, failure_class=FailureClass.TRANSIENT, failures=3, invalid_outputs=2)
+    assert decision.retry
+
+
+@given(
+    failure_class=st.sampled_from([FailureClass.TRANSIENT, FailureClass.INVALID_OUTPUT]),
+    failures=st.integers(1, 200),
+    seed=st.integers(0, 2**32),
+    initial=st.floats(0, 10),
+    coefficient=st.floats(1, 4),
+    maximum=st.floats(0, 1_000),
+)
+def test_full_jitter_stays_within_the_capped_ceiling(
+    failure_class: FailureClass,
+    failures: int,
+    seed: int,
+    initial: float,
+    coefficient: float,
+    maximum: float,
+) -> None:
+    policy = RetryPolicy(
+        initial_interval_seconds=initial,
+        backoff_coefficient=coefficient,
+        maximum_interval_seconds=maximum,
+        max_attempts=1_000,
+        max_invalid_output_attempts=1_000,
+    )
+    ceiling = min(maximum, initial * coefficient ** (failures - 1))
+    assert policy.backoff_ceiling_seconds(failures) == pytest.approx(ceiling)
+    decision = decide(
+        policy,
+        failure_class=failure_class,
+        failures=failures,
+        invalid_outputs=1,
+        rng=random.Random(seed),
+    )
+    assert decision.retry
+    assert 0.0 <= decision.delay_seconds <= policy.backoff_ceiling_seconds(failures)
+    assert decision.delay_seconds <= maximum
+
+
+def test_ceiling_grows_exponentially_until_the_maximum() -> None:
+    policy = RetryPolicy(
+        initial_interval_seconds=1, backoff_coefficient=2, maximum_interval_seconds=10
+    )
+    ceilings = [policy.backoff_ceiling_seconds(n) for n in range(1, 7)]
+    assert ceilings == [1, 2, 4, 8, 10, 10]
+    assert policy.backoff_ceiling_seconds(10_000) == 10
+
+
+def test_jitter_actually_spreads_the_delays() -> None:
+    policy = RetryPolicy(initial_interval_seconds=10, max_attempts=10)
+    rng = random.Random(7)
+    delays = {
+        decide(policy, failure_class=FailureClass.TRANSIENT, failures=3, invalid_outputs=0, rng=rng)
+        .delay_seconds
+        for _ in range(50)
+    }
+    assert len(delays) > 40
+    assert min(delays) < 10 < max(delays) <= 40
+
+
+@given(
+    retry_after=st.floats(0, 10_000),
+    failures=st.integers(1, 4),
+    seed=st.integers(0, 2**32),
+)
+def test_throttled_waits_at_least_retry_after_capped(
+    retry_after: float, failures: int, seed: int
+) -> None:
+    policy = RetryPolicy(maximum_retry_after_seconds=900, maximum_interval_seconds=60)
+    decision = decide(
+        policy,
+        failure_class=FailureClass.THROTTLED,
+        failures=failures,
+        invalid_outputs=0,
+        retry_after_seconds=retry_after,
+        rng=random.Random(seed),
+    )
+    assert decision.retry
+    assert decision.delay_seconds >= min(retry_after, 900)
+    assert decision.delay_seconds <= max(min(retry_after, 900), 60)
+
+
+def test_retry_after_is_ignored_for_other_classes() -> None:
+    decision = decide(
+        RetryPolicy(maximum_interval_seconds=1),
+        failure_class=FailureClass.TRANSIENT,
+        failures=1,
+        invalid_outputs=0,
+        retry_after_seconds=500,
+    )
+    assert decision.delay_seconds <= 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_attempts": 0},
+        {"max_invalid_output_attempts": 0},
+        {"initial_interval_seconds": -1},
+        {"maximum_interval_seconds": -0.5},
+        {"backoff_coefficient": 0.5},
+    ],
+)
+def test_retry_policy_rejects_bad_values(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - each field has its own message
+        RetryPolicy(**bad)

@@ -1,0 +1,176 @@
+"""A small world of in-memory adapters and the sim, for service tests on a FakeClock."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ferryman.adapters.memory import (
+    InMemoryControlStore,
+    InMemoryJobQueue,
+    InMemoryJobStore,
+    InMemoryResultStore,
+)
+from ferryman.core.clock import FakeClock
+from ferryman.core.lease import LeasePolicy
+from ferryman.core.retry import RetryPolicy
+from ferryman.failpoints import Failpoints
+from ferryman.providers.simulated import SimulatedProvider
+from ferryman.services.intake import Intake, SubmitRequest
+from ferryman.services.jobs import JobQueries
+from ferryman.services.operations import Operations
+from ferryman.services.sweeper import Sweeper
+from ferryman.services.worker import Worker
+from ferryman.tasks import builtin_tasks
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ferryman.core.job import Job
+    from ferryman.ports.provider import ModelRequest, ModelResponse
+
+
+class CountingProvider:
+    """The sim, counting invocations; optionally blocking until released."""
+
+    def __init__(self, inner: SimulatedProvider, *, block: asyncio.Event | None = None) -> None:
+        self._inner = inner
+        self.block = block
+        self.invocations = 0
+        self.started = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def serves(self, model: str) -> bool:
+        return self._inner.serves(model)
+
+    async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
+        self.invocations += 1
+        self.started.set()
+        if self.block is not None:
+            await self.block.wait()
+        return await self._inner.invoke(request, timeout_seconds=timeout_seconds)
+
+
+@dataclass
+class World:
+    clock: FakeClock
+    store: InMemoryJobStore
+    queue: InMemoryJobQueue
+    results: InMemoryResultStore
+    control: InMemoryControlStore
+    provider: CountingProvider
+    intake: Intake
+    jobs: JobQueries
+    operations: Operations
+    retry: RetryPolicy
+    lease: LeasePolicy
+    workers: list[Worker] = field(default_factory=list)
+
+    def worker(self, **overrides: Any) -> Worker:
+        options: dict[str, Any] = {
+            "store": self.store,
+            "queue": self.queue,
+            "results": self.results,
+            "providers": [self.provider],
+            "tasks": builtin_tasks(),
+            "control": self.control,
+            "clock": self.clock,
+            "lease": self.lease,
+            "retry": self.retry,
+            "concurrency": 8,
+            "provider_timeout_seconds": 5.0,
+            "worker_id": f"w{len(self.workers) + 1}",
+            "failpoints": Failpoints(),
+            "shutdown_grace_seconds": 0.05,
+            "receive_wait_seconds": 0.01,
+        }
+        options.update(overrides)
+        worker = Worker(**options)
+        self.workers.append(worker)
+        return worker
+
+    def sweeper(self, **overrides: Any) -> Sweeper:
+        options: dict[str, Any] = {
+            "store": self.store,
+            "queue": self.queue,
+            "clock": self.clock,
+            "interval_seconds": 0.01,
+            "stalled_after_seconds": 120.0,
+        }
+        options.update(overrides)
+        return Sweeper(**options)
+
+    async def submit(
+        self,
+        prompt: str = "hello there",
+        *,
+        tenant: str = "t1",
+        key: str | None = None,
+        simulate: dict[str, Any] | None = None,
+        task: str = "generate",
+    ) -> Job:
+        job_input: dict[str, Any] = {"prompt": prompt} if task == "generate" else {"ticket": prompt}
+        if simulate is not None:
+            job_input["simulate"] = simulate
+        submission = await self.intake.submit(
+            tenant_id=tenant,
+            request=SubmitRequest(task=task, input=job_input),
+            idempotency_key=key,
+        )
+        return submission.job
+
+    async def job(self, job_id: str) -> Job:
+        job = await self.store.get(job_id)
+        assert job is not None
+        return job
+
+
+@pytest.fixture
+def make_world() -> Callable[..., World]:
+    def build(
+        *,
+        outbox: bool = False,
+        block: asyncio.Event | None = None,
+        retry: RetryPolicy | None = None,
+        lease: LeasePolicy | None = None,
+        max_receives: int = 10,
+    ) -> World:
+        clock = FakeClock()
+        queue = InMemoryJobQueue(clock=clock, max_receives=max_receives)
+        store = InMemoryJobStore(queue=None if outbox else queue)
+        results = InMemoryResultStore()
+        control = InMemoryControlStore()
+        provider = CountingProvider(SimulatedProvider(sleep=_no_sleep), block=block)
+        return World(
+            clock=clock,
+            store=store,
+            queue=queue,
+            results=results,
+            control=control,
+            provider=provider,
+            intake=Intake(
+                store=store,
+                queue=queue,
+                tasks=builtin_tasks(),
+                control=control,
+                clock=clock,
+                idempotency_retention_seconds=3600,
+                providers=[provider],
+            ),
+            jobs=JobQueries(store=store, results=results, clock=clock),
+            operations=Operations(store=store, queue=queue, control=control, clock=clock),
+            retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
+            lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
+        )
+
+    return build
+
+
+async def _no_sleep(seconds: float) -> None:
+    await asyncio.sleep(0)

@@ -1,0 +1,309 @@
+"""The worker's ten steps on in-memory adapters: one publication, every attempt explained."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from ferryman.core.errors import FailureClass
+from ferryman.core.ids import new_attempt_id
+from ferryman.core.job import AttemptOutcome, EventKind, JobStatus
+from ferryman.core.lease import LeasePolicy
+from ferryman.core.retry import RetryPolicy
+from ferryman.ports.control import Switch
+from ferryman.ports.queue import QueueMessage
+from ferryman.services.delivery import Verdict
+
+
+async def _receive_one(world):
+    deliveries = await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)
+    assert len(deliveries) == 1
+    return deliveries[0]
+
+
+async def test_happy_path_publishes_one_result_and_acks(make_world) -> None:
+    world = make_world()
+    job = await world.submit("hi there")
+    worker = world.worker()
+    assert await worker.handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    view = await world.jobs.get("t1", job.job_id)
+    assert view.job.status is JobStatus.SUCCEEDED
+    assert view.result == {"text": json.loads(json.dumps(view.result))["text"]}
+    assert "hi there" in view.result["text"]
+    attempts = await world.store.attempts(job.job_id)
+    assert [a.outcome for a in attempts] == [AttemptOutcome.SUCCEEDED]
+    assert attempts[0].input_tokens == 2
+    assert view.job.result_ref is not None and attempts[0].attempt_id in view.job.result_ref
+    stats = await world.queue.stats()
+    assert (stats.visible, stats.in_flight) == (0, 0)
+    kinds = [e.kind for e in await world.store.events(job.job_id)]
+    assert kinds[-2:] == [EventKind.CLAIMED, EventKind.SUCCEEDED]
+
+
+async def test_throttle_schedules_a_retry_on_the_same_message(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x", simulate={"script": ["throttle", "ok"], "retry_after_seconds": 7})
+    worker = world.worker()
+    assert await worker.handle(await _receive_one(world)) is Verdict.RETRY_SCHEDULED
+    stored = await world.job(job.job_id)
+    assert stored.status is JobStatus.RETRY_SCHEDULED
+    assert stored.error is not None and stored.error.failure_class is FailureClass.THROTTLED
+    assert stored.not_before is not None and stored.not_before - world.clock.now() >= 7
+    stats = await world.queue.stats()
+    assert (stats.visible, stats.in_flight) == (0, 1)  # hidden, not deleted (I5)
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=60) == []
+    world.clock.advance(stored.not_before - world.clock.now() + 0.01)
+    assert await worker.handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    attempts = await world.store.attempts(job.job_id)
+    assert [a.outcome for a in attempts] == [AttemptOutcome.RETRY, AttemptOutcome.SUCCEEDED]
+    assert attempts[0].failure_class is FailureClass.THROTTLED
+
+
+async def _drive(world, worker, *, rounds: int = 20) -> None:
+    """Deliver until the job is done, moving the fake clock over each backoff."""
+    for _ in range(rounds):
+        deliveries = await world.queue.receive(max_messages=10, visibility_timeout_seconds=60)
+        if not deliveries:
+            world.clock.advance(400)
+            deliveries = await world.queue.receive(max_messages=10, visibility_timeout_seconds=60)
+            if not deliveries:
+                return
+        for delivery in deliveries:
+            await worker.handle(delivery)
+
+
+async def test_retryable_failures_are_bounded_by_max_attempts(make_world) -> None:
+    world = make_world(retry=RetryPolicy(max_attempts=3, initial_interval_seconds=1))
+    job = await world.submit("x", simulate={"script": ["server_error"]})
+    await _drive(world, world.worker())
+    stored = await world.job(job.job_id)
+    assert stored.status is JobStatus.FAILED
+    assert stored.error is not None
+    assert (stored.error.code, stored.error.failure_class) == (
+        "attempts_exhausted",
+        FailureClass.TRANSIENT,
+    )
+    assert world.provider.invocations == 3
+    outcomes = [a.outcome for a in await world.store.attempts(job.job_id)]
+    assert outcomes == [AttemptOutcome.RETRY, AttemptOutcome.RETRY, AttemptOutcome.FAILED]
+    assert (await world.queue.stats()).in_flight == 0
+
+
+async def test_invalid_output_has_its_own_smaller_budget(make_world) -> None:
+    world = make_world(retry=RetryPolicy(max_attempts=5, max_invalid_output_attempts=2))
+    job = await world.submit("x", simulate={"script": ["invalid_schema"]}, task="classify_ticket")
+    await _drive(world, world.worker())
+    stored = await world.job(job.job_id)
+    assert stored.status is JobStatus.FAILED
+    assert stored.error is not None and stored.error.code == "invalid_output_exhausted"
+    assert world.provider.invocations == 2
+
+
+async def test_malformed_then_ok_succeeds_with_a_valid_classification(make_world) -> None:
+    world = make_world()
+    job = await world.submit(
+        "refund my invoice", simulate={"script": ["malformed", "ok"]}, task="classify_ticket"
+    )
+    await _drive(world, world.worker())
+    view = await world.jobs.get("t1", job.job_id)
+    assert view.job.status is JobStatus.SUCCEEDED
+    assert view.result is not None
+    assert view.result["category"] in {"billing", "technical", "account"}
+    assert view.result["priority"] in {"low", "medium", "high"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "code", "klass"),
+    [
+        ("refuse", "safety_rejected", FailureClass.SAFETY_REJECTED),
+        ("bad_request", "bad_request", FailureClass.INVALID_REQUEST),
+    ],
+)
+async def test_non_retryable_failures_fail_at_once(make_world, entry, code, klass) -> None:
+    world = make_world()
+    job = await world.submit("x", simulate={"script": [entry, "ok"]})
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.FAILED
+    stored = await world.job(job.job_id)
+    assert stored.error is not None
+    assert (stored.status, stored.error.code, stored.error.failure_class) == (
+        JobStatus.FAILED,
+        code,
+        klass,
+    )
+    assert world.provider.invocations == 1
+    assert (await world.queue.stats()).in_flight == 0
+
+
+async def test_timeout_is_transient_and_retried(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x", simulate={"script": ["timeout", "ok"]})
+    await _drive(world, world.worker())
+    attempts = await world.store.attempts(job.job_id)
+    assert [(a.outcome, a.failure_class) for a in attempts] == [
+        (AttemptOutcome.RETRY, FailureClass.TRANSIENT),
+        (AttemptOutcome.SUCCEEDED, None),
+    ]
+
+
+async def test_duplicate_delivery_of_a_finished_job_is_acked_without_invoking(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x")
+    worker = world.worker()
+    await worker.handle(await _receive_one(world))
+    await world.queue.send(QueueMessage.for_job(job))
+    assert await worker.handle(await _receive_one(world)) is Verdict.DUPLICATE
+    assert world.provider.invocations == 1
+    assert len(await world.store.attempts(job.job_id)) == 1
+    kinds = [e.kind for e in await world.store.events(job.job_id)]
+    assert EventKind.DUPLICATE_DELIVERY in kinds
+    assert (await world.queue.stats()).visible == 0
+
+
+async def test_a_crashed_attempt_is_taken_over_and_recorded_abandoned(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x")
+    crashed = new_attempt_id()
+    now = world.clock.now()
+    await world.store.claim(
+        job.job_id, attempt_id=crashed, worker_id="dead", now=now, lease_until=now + 60
+    )
+    world.clock.advance(61)
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    attempts = await world.store.attempts(job.job_id)
+    assert [(a.attempt_id == crashed, a.outcome) for a in attempts] == [
+        (True, AttemptOutcome.ABANDONED),
+        (False, AttemptOutcome.SUCCEEDED),
+    ]
+    assert (await world.job(job.job_id)).attempt_count == 2
+
+
+async def test_a_live_owner_is_never_invoked_twice(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x")
+    now = world.clock.now()
+    await world.store.claim(
+        job.job_id, attempt_id=new_attempt_id(), worker_id="other", now=now, lease_until=now + 60
+    )
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.DEFERRED
+    assert world.provider.invocations == 0
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=60) == []
+    world.clock.advance(62)  # the message reappears just after the owner's lease would end
+    assert len(await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)) == 1
+
+
+async def test_unknown_payload_version_is_left_for_another_worker(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x")
+    delivery = await _receive_one(world)
+    await world.queue.delete(delivery.receipt)
+    await world.queue.send(QueueMessage(job_id=job.job_id, tenant_id="t1", payload_version=99))
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.DEFERRED
+    assert (await world.job(job.job_id)).status is JobStatus.QUEUED
+    assert (await world.queue.stats()).in_flight == 1
+
+
+async def test_exhausted_job_fails_at_claim_without_invoking(make_world) -> None:
+    world = make_world(retry=RetryPolicy(max_attempts=1))
+    job = await world.submit("x", simulate={"script": ["server_error"]})
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.FAILED
+    # A stray second message for the same job must not buy another invocation.
+    assert world.provider.invocations == 1
+    assert (await world.job(job.job_id)).error.code == "attempts_exhausted"
+
+
+async def test_losing_the_lease_mid_call_discards_the_result(make_world) -> None:
+    block = asyncio.Event()
+    world = make_world(
+        block=block,
+        lease=LeasePolicy(
+            lease_seconds=60, visibility_timeout_seconds=60, heartbeat_interval_seconds=0.01
+        ),
+    )
+    job = await world.submit("x")
+    worker = world.worker()
+    handling = asyncio.create_task(worker.handle(await _receive_one(world)))
+    await asyncio.wait_for(world.provider.started.wait(), 5)
+    world.clock.advance(61)  # our lease expires while the call hangs; another worker claims
+    now = world.clock.now()
+    taken = await world.store.claim(
+        job.job_id, attempt_id=new_attempt_id(), worker_id="w9", now=now, lease_until=now + 60
+    )
+    assert taken.claimed
+    assert await asyncio.wait_for(handling, 5) is Verdict.LEASE_LOST
+    attempts = await world.store.attempts(job.job_id)
+    assert attempts[0].outcome is AttemptOutcome.LEASE_LOST
+    stored = await world.job(job.job_id)
+    assert stored.status is JobStatus.PROCESSING and stored.attempt_id == taken.job.attempt_id
+    block.set()
+
+
+async def test_cancel_while_processing_stops_the_call(make_world) -> None:
+    block = asyncio.Event()
+    world = make_world(
+        block=block,
+        lease=LeasePolicy(
+            lease_seconds=60, visibility_timeout_seconds=60, heartbeat_interval_seconds=0.01
+        ),
+    )
+    job = await world.submit("x")
+    handling = asyncio.create_task(world.worker().handle(await _receive_one(world)))
+    await asyncio.wait_for(world.provider.started.wait(), 5)
+    requested = await world.jobs.cancel("t1", job.job_id)
+    assert requested.status is JobStatus.PROCESSING and requested.cancel_requested
+    assert await asyncio.wait_for(handling, 5) is Verdict.CANCELLED
+    assert (await world.job(job.job_id)).status is JobStatus.CANCELLED
+    assert [a.outcome for a in await world.store.attempts(job.job_id)] == [AttemptOutcome.CANCELLED]
+    assert (await world.queue.stats()).in_flight == 0
+
+
+async def test_shutdown_gives_unfinished_jobs_back_at_once(make_world) -> None:
+    block = asyncio.Event()
+    world = make_world(block=block)
+    job = await world.submit("x")
+    worker = world.worker(shutdown_grace_seconds=0.05)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(world.provider.started.wait(), 5)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    stored = await world.job(job.job_id)
+    assert stored.status is JobStatus.PROCESSING
+    assert stored.lease_until is not None and stored.lease_until < world.clock.now()
+    assert [a.outcome for a in await world.store.attempts(job.job_id)] == [AttemptOutcome.ABANDONED]
+    block.set()
+    # Visible now, claimable now: the next worker finishes it without waiting for a lease.
+    world.provider.block = None
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+
+
+async def test_run_processes_work_and_stops(make_world) -> None:
+    world = make_world()
+    jobs = [await world.submit(f"p{i}") for i in range(20)]
+    worker = world.worker(concurrency=4)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    for _ in range(500):
+        done = [await world.job(j.job_id) for j in jobs]
+        if all(j.status is JobStatus.SUCCEEDED for j in done):
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    finished = [await world.job(j.job_id) for j in jobs]
+    assert all(j.status is JobStatus.SUCCEEDED for j in finished)
+    assert world.provider.invocations == 20
+
+
+async def test_paused_workers_receive_nothing(make_world) -> None:
+    world = make_world()
+    await world.operations.set_paused(Switch.WORKERS, True, actor="ops")
+    job = await world.submit("x")
+    stop = asyncio.Event()
+    running = asyncio.create_task(world.worker().run(stop))
+    await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    assert (await world.job(job.job_id)).status is JobStatus.QUEUED
+    assert world.provider.invocations == 0
