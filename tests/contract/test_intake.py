@@ -186,7 +186,8 @@ async def _make_listing(engine, job_factory):
 async def test_list_jobs_pages_newest_first_without_duplicates(engine, job_factory):
     t1, _ = await _make_listing(engine, job_factory)
 
-    seen, cursor, pages = [], None, 0
+    seen: list[str] = []
+    cursor, pages = None, 0
     while True:
         page = await engine.store.list_jobs(tenant_id="t1", limit=3, cursor=cursor)
         assert len(page.jobs) <= 3

@@ -23,6 +23,7 @@ RETRY = AttemptReport(outcome=AttemptOutcome.RETRY, failure_class=FailureClass.T
 SUCCEEDED = AttemptReport(outcome=AttemptOutcome.SUCCEEDED)
 FAILED = AttemptReport(outcome=AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
 LEASE_LOST = AttemptReport(outcome=AttemptOutcome.LEASE_LOST, latency_ms=99)
+ABANDONED = AttemptReport(outcome=AttemptOutcome.ABANDONED, latency_ms=7)
 
 
 async def _queued(engine, job_factory, **overrides):
@@ -192,54 +193,22 @@ async def test_replay_refuses_a_succeeded_or_unknown_job(engine, job_factory):
     assert await engine.store.get(job_id) == before
 
 
-# --- end_attempt ------------------------------------------------------------------
-
-
-async def test_end_attempt_records_a_lost_lease_without_touching_the_job(engine, job_factory):
-    job_id = await _queued(engine, job_factory)
-    claimed = await engine.claim(job_id, lease_seconds=60)
-    engine.advance(61)
-    before = await engine.store.get(job_id)
-
-    await engine.store.end_attempt(
-        job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), report=LEASE_LOST
-    )
-
-    assert await engine.store.get(job_id) == before
-    [attempt] = await engine.store.attempts(job_id)
-    assert (attempt.outcome, attempt.ended_at, attempt.latency_ms) == (
-        AttemptOutcome.LEASE_LOST,
-        engine.now(),
-        99,
-    )
-    assert (await engine.store.events(job_id))[-1].kind is EventKind.LEASE_LOST
-
-
-async def test_end_attempt_leaves_an_attempt_that_already_has_an_outcome(engine, job_factory):
-    job_id = await _queued(engine, job_factory)
-    first = await engine.claim(job_id, lease_seconds=60)
-    engine.advance(61)
-    await engine.claim(job_id, worker_id="w2")
-    attempts_before = await engine.store.attempts(job_id)
-    events_before = await engine.store.events(job_id)
-
-    await engine.store.end_attempt(
-        job_id, attempt_id=first.job.attempt_id, now=engine.now(), report=LEASE_LOST
-    )
-
-    assert await engine.store.attempts(job_id) == attempts_before
-    assert attempts_before[0].outcome is AttemptOutcome.ABANDONED
-    assert await engine.store.events(job_id) == events_before
-
-
 # --- stalled ----------------------------------------------------------------------
 
 
 async def test_stalled_lists_jobs_nothing_is_driving(engine, job_factory):
-    lease_expired = await _queued(engine, job_factory)
-    await engine.claim(lease_expired, lease_seconds=60)
+    # Set up in reverse order of age, each a second apart, to see the ordering.
+    pending = None
+    if not engine.store.enqueues_with_job:
+        # Created, but the process died before it sent the message.
+        pending = job_factory()
+        await engine.store.create(pending, idempotency_expires_at=None, now=engine.now())
+        engine.advance(1)
     retry_overdue = await _queued(engine, job_factory)
     await _retry(engine, retry_overdue, TRANSIENT, delay=10)
+    engine.advance(1)
+    lease_expired = await _queued(engine, job_factory)
+    await engine.claim(lease_expired, lease_seconds=60)
     succeeded = await _queued(engine, job_factory)
     claimed = await engine.claim(succeeded)
     await engine.store.succeed(
@@ -250,11 +219,6 @@ async def test_stalled_lists_jobs_nothing_is_driving(engine, job_factory):
         report=SUCCEEDED,
     )
     old_queued = await _queued(engine, job_factory)
-    pending = None
-    if not engine.store.enqueues_with_job:
-        # Created, but the process died before it sent the message.
-        pending = job_factory()
-        await engine.store.create(pending, idempotency_expires_at=None, now=engine.now())
     engine.advance(1_000)
     fresh_lease = await _queued(engine, job_factory)
     await engine.claim(fresh_lease, lease_seconds=60)
@@ -265,12 +229,45 @@ async def test_stalled_lists_jobs_nothing_is_driving(engine, job_factory):
 
     stalled = await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=100)
 
-    expected = {lease_expired, retry_overdue}
+    expected = [retry_overdue, lease_expired]
     if pending is not None:
-        expected.add(pending.job_id)
-    assert {j.job_id for j in stalled} == expected
-    assert not {succeeded, old_queued, fresh_lease, fresh_retry, fresh_queued} & expected
+        expected.insert(0, pending.job_id)
+    assert [j.job_id for j in stalled] == expected
+    assert not {succeeded, old_queued, fresh_lease, fresh_retry, fresh_queued} & set(expected)
     assert len(await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=1)) == 1
+
+
+async def test_a_redispatched_job_is_not_offered_again_until_it_stalls_anew(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    await engine.claim(job_id, lease_seconds=60)
+    engine.advance(1_000)
+    assert [j.job_id for j in await _stalled(engine)] == [job_id]
+
+    # The sweeper re-sends the message and says so.
+    await engine.store.mark_dispatched(job_id, now=engine.now())
+    job = await engine.store.get(job_id)
+    engine.advance(299)
+    still_fresh = await _stalled(engine)
+    engine.advance(2)
+    stalled_again = await _stalled(engine)
+
+    assert job.dispatch_state is DispatchState.DISPATCHED
+    assert job.updated_at == engine.now() - 301
+    assert still_fresh == []
+    assert [j.job_id for j in stalled_again] == [job_id]
+
+
+async def test_a_live_attempt_is_not_stalled_even_if_its_dispatch_is_pending(engine, job_factory):
+    job = job_factory()
+    await engine.store.create(job, idempotency_expires_at=None, now=engine.now())
+    await engine.claim(job.job_id, lease_seconds=10_000)
+    engine.advance(1_000)
+
+    assert await _stalled(engine) == []
+
+
+async def _stalled(engine):
+    return await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=100)
 
 
 async def test_a_terminal_job_is_never_stalled(engine, job_factory):

@@ -134,7 +134,7 @@ async def test_a_message_is_dead_lettered_after_max_receives(engine):
     message = _message()
     await engine.queue.send(message)
 
-    counts = []
+    counts: list[int] = []
     for _ in range(MAX_RECEIVES + 3):
         counts.extend(d.receive_count for d in await _receive(engine, visibility=30))
         engine.advance(31)

@@ -40,8 +40,10 @@ class RetryPolicy:
     def backoff_ceiling_seconds(self, failures: int) -> float:
         """The upper bound of the wait after the n-th failure (n >= 1)."""
         exponent = max(0, failures - 1)
-        # Cap the exponent before it overflows; the maximum caps the value anyway.
-        ceiling = self.initial_interval_seconds * self.backoff_coefficient ** min(exponent, 64)
+        try:
+            ceiling = self.initial_interval_seconds * self.backoff_coefficient**exponent
+        except OverflowError:  # far past any maximum anyway
+            return self.maximum_interval_seconds
         return min(self.maximum_interval_seconds, ceiling)
 
 

@@ -15,7 +15,8 @@ class ModelRequest:
     output_schema: dict[str, Any]
     system: str | None = None
     max_tokens: int | None = None
-    # The attempt's number within the job's current series (1 for the first try).
+    # The attempt's number as the job's attempt list shows it (attempt_no, the fence):
+    # 1 for the first try; it keeps counting across an operator's replay.
     attempt_no: int = 1
     job_id: str = ""
     # Provider-specific knobs from the task input (the sim's ``simulate`` block).

@@ -109,15 +109,15 @@ class AttemptRunner:
         try:
             task = self._tasks.get(job.task)
             provider = self._provider_for(job.model)
-        except InvalidRequestError as exc:  # a task this worker does not know
+            request = task.build_request(
+                job.input, model=job.model, attempt_no=job.fence, job_id=job.job_id
+            )
+        except InvalidRequestError as exc:  # a task or stored input this worker cannot use
             result.error = ProviderBadRequestError(exc.message)
             return result
         except ProviderError as exc:
             result.error = exc
             return result
-        request = task.build_request(
-            job.input, model=job.model, attempt_no=job.fence, job_id=job.job_id
-        )
         call = asyncio.create_task(self._call(provider, task, request, result))
         heartbeat = asyncio.create_task(self._heartbeat(job, delivery, call, result))
         try:

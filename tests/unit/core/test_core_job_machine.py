@@ -359,7 +359,5 @@ class JobLifecycle(RuleBasedStateMachine):
             assert self.job.completed_at is None
 
 
-JobLifecycle.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=60, deadline=None
-)
+JobLifecycle.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
 TestJobLifecycle = JobLifecycle.TestCase

@@ -52,7 +52,9 @@ def request_for(task: str, job_input: dict[str, Any], *, attempt_no: int = 1) ->
     return definition.build_request(stored, model="sim", attempt_no=attempt_no, job_id="gen_x")
 
 
-def scripted(*script: str, task: str = "generate", attempt_no: int = 1, **extra: Any) -> ModelRequest:
+def scripted(
+    *script: str, task: str = "generate", attempt_no: int = 1, **extra: Any
+) -> ModelRequest:
     base = {"prompt": "hello world"} if task == "generate" else {"ticket": "charged twice"}
     simulate = {"script": list(script), **extra}
     return request_for(task, {**base, "simulate": simulate}, attempt_no=attempt_no)

@@ -58,10 +58,14 @@ class JobHistory:
         )
 
     def close(self, job_id: str, attempt_id: str, at: float, report: AttemptReport) -> bool:
-        """Record how an attempt ended, unless it already has an outcome. True if recorded."""
-        return self._update_open(
+        """Record how an attempt ended, unless it already has an outcome of its own.
+
+        An outcome of ``abandoned`` set by a takeover may be replaced: the worker
+        survived and knows better why its attempt ended. True if recorded.
+        """
+        return self._update(
             job_id,
-            lambda a: a.attempt_id == attempt_id,
+            lambda a: a.attempt_id == attempt_id and a.outcome in (None, AttemptOutcome.ABANDONED),
             lambda a: dataclasses.replace(
                 a,
                 ended_at=at,
@@ -77,18 +81,20 @@ class JobHistory:
 
     def abandon(self, job_id: str, attempt_id: str, at: float) -> None:
         """A claim took over this attempt's expired lease."""
-        if self._update_open(job_id, lambda a: a.attempt_id == attempt_id, _abandoned(at)):
+        if self._update(
+            job_id, lambda a: a.outcome is None and a.attempt_id == attempt_id, _abandoned(at)
+        ):
             self.event(job_id, EventKind.ATTEMPT_ABANDONED, at, {"attempt_id": attempt_id})
 
     def abandon_open(self, job_id: str, at: float) -> None:
         """Close every attempt still without an outcome (the job ended without its owner)."""
-        self._update_open(job_id, lambda a: True, _abandoned(at))
+        self._update(job_id, lambda a: a.outcome is None, _abandoned(at))
 
-    def _update_open(self, job_id: str, which: Callable[[Attempt], bool], change: _Change) -> bool:
+    def _update(self, job_id: str, which: Callable[[Attempt], bool], change: _Change) -> bool:
         attempts = self._attempts.get(job_id, [])
         updated = False
         for i, attempt in enumerate(attempts):
-            if attempt.outcome is None and which(attempt):
+            if which(attempt):
                 attempts[i] = change(attempt)
                 updated = True
         return updated

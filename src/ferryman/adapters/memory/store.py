@@ -26,7 +26,13 @@ from ferryman.core.errors import (
     StateConflictError,
 )
 from ferryman.core.idempotency import IdempotencyEntry
-from ferryman.core.job import AttemptOutcome, DispatchState, EventKind, JobStatus
+from ferryman.core.job import (
+    WAITING_STATUSES,
+    AttemptOutcome,
+    DispatchState,
+    EventKind,
+    JobStatus,
+)
 from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, ClaimResult, LeaseStatus
 
@@ -98,15 +104,7 @@ class InMemoryJobStore:
         """With our own queue, send the message under the lock and mark the job DISPATCHED."""
         if self._queue is None:
             return job
-        await self._queue.send(
-            QueueMessage(
-                job_id=job.job_id,
-                tenant_id=job.tenant_id,
-                payload_version=job.payload_version,
-                traceparent=job.traceparent,
-                correlation_id=job.correlation_id,
-            )
-        )
+        await self._queue.send(QueueMessage.for_job(job))
         dispatched = dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED)
         self._jobs[job.job_id] = dispatched
         self._history.event(job.job_id, EventKind.DISPATCHED, now)
@@ -115,12 +113,15 @@ class InMemoryJobStore:
     async def mark_dispatched(self, job_id: str, *, now: float) -> None:
         async with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or job.dispatch_state is DispatchState.DISPATCHED:
+            if job is None:
                 return
+            # updated_at moves even when already DISPATCHED (a re-send), so the stalled
+            # scan waits for the job to stall anew before offering it again.
             self._jobs[job_id] = dataclasses.replace(
                 job, dispatch_state=DispatchState.DISPATCHED, updated_at=now
             )
-            self._history.event(job_id, EventKind.DISPATCHED, now)
+            if job.dispatch_state is DispatchState.PENDING:
+                self._history.event(job_id, EventKind.DISPATCHED, now)
 
     # --- reads ----------------------------------------------------------------
 
@@ -163,10 +164,10 @@ class InMemoryJobStore:
             return at is not None and at < cutoff
 
         def stalled(job: Job) -> bool:
-            if job.status.terminal:
+            if job.status.terminal or not before_cutoff(job.updated_at):
                 return False
             return (
-                (job.dispatch_state is DispatchState.PENDING and before_cutoff(job.updated_at))
+                (job.dispatch_state is DispatchState.PENDING and job.status in WAITING_STATUSES)
                 or (job.status is JobStatus.PROCESSING and before_cutoff(job.lease_until))
                 or (job.status is JobStatus.RETRY_SCHEDULED and before_cutoff(job.not_before))
             )
@@ -265,6 +266,17 @@ class InMemoryJobStore:
         detail = {"attempt_id": attempt_id}
         return await self._finish(
             job_id, attempt_id, now, report, change, EventKind.CANCELLED, detail
+        )
+
+    async def release(
+        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
+    ) -> bool:
+        def change(job: Job) -> Job:
+            return rules.release(job, attempt_id=attempt_id, now=now)
+
+        detail = {"attempt_id": attempt_id}
+        return await self._finish(
+            job_id, attempt_id, now, report, change, EventKind.RELEASED, detail
         )
 
     async def _finish(

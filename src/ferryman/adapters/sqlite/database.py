@@ -97,7 +97,7 @@ class SqliteDatabase:
             return
         self._closed = True
         await asyncio.to_thread(self._writer.close)
-        self._reads.shutdown(wait=True)
+        await asyncio.to_thread(self._reads.shutdown, wait=True)
         self._writer_conn.close()
         self._reader_conn.close()
 

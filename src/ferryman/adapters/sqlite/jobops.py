@@ -69,10 +69,16 @@ def add_event(
 
 
 def close_attempt(
-    conn: sqlite3.Connection, job_id: str, attempt_id: str, *, now: float, report: AttemptReport
+    conn: sqlite3.Connection,
+    job_id: str,
+    attempt_id: str,
+    *,
+    now: float,
+    report: AttemptReport,
+    query: str = JOBS["close_attempt"],
 ) -> bool:
     cursor = conn.execute(
-        JOBS["close_attempt"],
+        query,
         {"job_id": job_id, "attempt_id": attempt_id, "ended_at": now, **report_params(report)},
     )
     return cursor.rowcount == 1
@@ -213,7 +219,9 @@ def finish(
 def end_attempt(
     conn: sqlite3.Connection, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
 ) -> None:
-    closed = close_attempt(conn, job_id, attempt_id, now=now, report=report)
+    closed = close_attempt(
+        conn, job_id, attempt_id, now=now, report=report, query=JOBS["end_attempt"]
+    )
     if closed and report.outcome is AttemptOutcome.LEASE_LOST:
         add_event(conn, job_id, EventKind.LEASE_LOST, now=now, detail={"attempt_id": attempt_id})
 

@@ -78,6 +78,20 @@ UPDATE attempts SET
     provider_request_id = :provider_request_id
 WHERE job_id = :job_id AND attempt_id = :attempt_id AND outcome IS NULL;
 
+-- name: end_attempt
+-- Also over an attempt a takeover marked abandoned: its worker survived and knows better.
+UPDATE attempts SET
+    ended_at = :ended_at,
+    outcome = :outcome,
+    failure_class = :failure_class,
+    error_code = :error_code,
+    latency_ms = :latency_ms,
+    input_tokens = :input_tokens,
+    output_tokens = :output_tokens,
+    provider_request_id = :provider_request_id
+WHERE job_id = :job_id AND attempt_id = :attempt_id
+  AND (outcome IS NULL OR outcome = 'abandoned');
+
 -- name: abandon_open_attempts
 UPDATE attempts SET ended_at = :ended_at, outcome = 'abandoned'
 WHERE job_id = :job_id AND outcome IS NULL;

@@ -52,23 +52,35 @@ class SqliteJobQueue:
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_seconds)
+        polling = False
         while True:
             since = self._db.wakeup.generation
-            deliveries = await self._db.write(
-                partial(
-                    messages.receive,
-                    now=self._clock.now(),
-                    max_messages=max_messages,
-                    visibility_timeout_seconds=visibility_timeout_seconds,
-                    max_receives=self._max_receives,
-                )
-            )
+            deliveries = await self._take(max_messages, visibility_timeout_seconds, polling=polling)
             remaining = deadline - loop.time()
             if deliveries or remaining <= 0:
                 return deliveries
             await self._db.wakeup.wait(
                 since=since, timeout_seconds=min(remaining, self._poll_interval_seconds)
             )
+            polling = True
+
+    async def _take(
+        self, max_messages: int, visibility_timeout_seconds: float, *, polling: bool
+    ) -> list[Delivery]:
+        now = self._clock.now()
+        # Idle workers poll often; looking first through the reader keeps their
+        # empty polls from taking the file's write lock from everyone else.
+        if polling and not await self._db.read(partial(_any_visible, now=now)):
+            return []
+        return await self._db.write(
+            partial(
+                messages.receive,
+                now=now,
+                max_messages=max_messages,
+                visibility_timeout_seconds=visibility_timeout_seconds,
+                max_receives=self._max_receives,
+            )
+        )
 
     async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
         now = self._clock.now()
@@ -97,6 +109,10 @@ class SqliteJobQueue:
 
     async def stats(self) -> QueueStats:
         return await self._db.read(partial(_stats, now=self._clock.now()))
+
+
+def _any_visible(conn: sqlite3.Connection, *, now: float) -> bool:
+    return conn.execute(QUEUE["any_visible"], {"now": now}).fetchone() is not None
 
 
 def _dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[DeadLetter]:

@@ -11,6 +11,9 @@ WHERE visible_at <= :now
 ORDER BY sent_at, rowid
 LIMIT :limit;
 
+-- name: any_visible
+SELECT 1 FROM messages WHERE visible_at <= :now LIMIT 1;
+
 -- name: mark_received
 UPDATE messages SET
     visible_at = :visible_at,

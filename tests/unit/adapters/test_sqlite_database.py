@@ -1,0 +1,164 @@
+"""SqliteDatabase: file settings, group commit, per-op rollback, error translation."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+
+from ferryman.adapters.sqlite import SqliteDatabase
+from ferryman.core.errors import StoreUnavailableError
+
+
+def _pragma(name: str):
+    return lambda conn: conn.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+def _insert(key: str):
+    def op(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO results (key, data) VALUES (?, ?)", (key, b"x"))
+        return key
+
+    return op
+
+
+def _keys(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT key FROM results")}
+
+
+async def _hold_writer(db: SqliteDatabase) -> tuple[asyncio.Future[None], threading.Event]:
+    """Occupy the writer thread, so the writes submitted meanwhile queue up as one batch."""
+    entered, release = threading.Event(), threading.Event()
+
+    def block(conn: sqlite3.Connection) -> None:
+        entered.set()
+        release.wait(5)
+
+    blocker = asyncio.ensure_future(db.write(block))
+    await asyncio.to_thread(entered.wait, 5)
+    return blocker, release
+
+
+async def test_file_settings_default_to_wal_and_full_sync(db: SqliteDatabase) -> None:
+    assert await db.write(_pragma("journal_mode")) == "wal"
+    assert await db.write(_pragma("synchronous")) == 2  # FULL
+    assert await db.write(_pragma("foreign_keys")) == 1
+    assert await db.write(_pragma("busy_timeout")) == 10_000
+    assert await db.read(_pragma("journal_mode")) == "wal"
+
+
+async def test_synchronous_normal_is_an_opt_in(tmp_path) -> None:
+    db = await SqliteDatabase.open(tmp_path / "n.db", synchronous="NORMAL")
+    try:
+        assert await db.write(_pragma("synchronous")) == 1
+    finally:
+        await db.close()
+
+
+async def test_an_unknown_synchronous_mode_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        await SqliteDatabase.open(tmp_path / "x.db", synchronous="OFF; DROP TABLE jobs")
+
+
+async def test_open_creates_directories_and_is_idempotent(tmp_path) -> None:
+    path = tmp_path / "a" / "b" / "f.db"
+    first = await SqliteDatabase.open(path)
+    await first.write(_insert("k"))
+    await first.close()
+    second = await SqliteDatabase.open(path)
+    try:
+        assert await second.read(_keys) == {"k"}
+    finally:
+        await second.close()
+
+
+async def test_concurrent_writes_share_commits(db: SqliteDatabase) -> None:
+    before = db.commit_count
+    keys = await asyncio.gather(*(db.write(_insert(f"k{i}")) for i in range(50)))
+    commits = db.commit_count - before
+    assert sorted(keys) == sorted(f"k{i}" for i in range(50))
+    assert await db.read(_keys) == set(keys)
+    assert 1 <= commits < 50, f"{commits} commits for 50 concurrent writes"
+
+
+async def test_writes_waiting_together_commit_in_one_transaction(db: SqliteDatabase) -> None:
+    blocker, release = await _hold_writer(db)
+    before = db.commit_count
+    waiting = [asyncio.ensure_future(db.write(_insert(f"k{i}"))) for i in range(20)]
+    await asyncio.sleep(0)  # let every write reach the writer's inbox
+    release.set()
+    await blocker
+    await asyncio.gather(*waiting)
+    # The blocker's own batch, then one batch for all twenty.
+    assert db.commit_count - before == 2
+    assert len(await db.read(_keys)) == 20
+
+
+async def test_a_failing_op_rolls_back_only_itself(db: SqliteDatabase) -> None:
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO results (key, data) VALUES ('bad', x'00')")
+        raise ValueError("this op changes its mind")
+
+    blocker, release = await _hold_writer(db)
+    before = db.commit_count
+    first = asyncio.ensure_future(db.write(_insert("a")))
+    failing = asyncio.ensure_future(db.write(half_then_fail))
+    last = asyncio.ensure_future(db.write(_insert("b")))
+    await asyncio.sleep(0)
+    release.set()
+    await blocker
+
+    assert await first == "a"
+    assert await last == "b"
+    with pytest.raises(ValueError, match="changes its mind"):
+        await failing
+    # The blocker's own batch, then one transaction shared by the three.
+    assert db.commit_count - before == 2
+    assert await db.read(_keys) == {"a", "b"}
+
+
+async def test_driver_errors_become_store_unavailable(db: SqliteDatabase) -> None:
+    with pytest.raises(StoreUnavailableError) as caught:
+        await db.write(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+    assert isinstance(caught.value.__cause__, sqlite3.Error)
+    with pytest.raises(StoreUnavailableError):
+        await db.read(lambda conn: conn.execute("SELECT * FROM no_such_table").fetchall())
+    # The writer survives a failed op.
+    assert await db.write(_insert("after")) == "after"
+
+
+async def test_a_write_is_committed_when_it_returns(db: SqliteDatabase, db_path) -> None:
+    await db.write(_insert("durable"))
+    # Another connection (another process) already sees it: COMMIT happened first.
+    other = sqlite3.connect(db_path)
+    try:
+        assert other.execute("SELECT key FROM results").fetchall() == [("durable",)]
+    finally:
+        other.close()
+
+
+async def test_the_reader_cannot_write(db: SqliteDatabase) -> None:
+    with pytest.raises(StoreUnavailableError):
+        await db.read(_insert("sneaky"))
+
+
+async def test_a_closed_database_refuses_work(tmp_path) -> None:
+    db = await SqliteDatabase.open(tmp_path / "c.db")
+    await db.close()
+    with pytest.raises(StoreUnavailableError):
+        await db.write(_insert("late"))
+    with pytest.raises(StoreUnavailableError):
+        await db.read(_keys)
+    await db.close()  # closing twice is harmless
+
+
+async def test_without_batching_every_write_is_its_own_commit(tmp_path) -> None:
+    # The control for the batching tests: the counter counts real transactions.
+    db = await SqliteDatabase.open(tmp_path / "one.db", max_batch=1)
+    try:
+        await asyncio.gather(*(db.write(_insert(f"k{i}")) for i in range(10)))
+        assert db.commit_count == 10
+    finally:
+        await db.close()

@@ -1,0 +1,127 @@
+"""SqliteJobQueue specifics: receipts, redrive at max_receives, wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue
+from ferryman.core.ids import new_job_id
+from ferryman.ports.queue import QueueMessage
+
+
+def _message() -> QueueMessage:
+    return QueueMessage(job_id=new_job_id(), tenant_id="t1")
+
+
+async def test_a_receipt_goes_stale_when_the_message_is_received_again(db, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock)
+    await queue.send(_message())
+    [first] = await queue.receive(max_messages=1, visibility_timeout_seconds=30)
+    clock.advance(31)
+    [second] = await queue.receive(max_messages=1, visibility_timeout_seconds=30)
+    assert second.receive_count == 2
+    assert first.receipt != second.receipt
+
+    assert await queue.change_visibility(first.receipt, timeout_seconds=0) is False
+    await queue.delete(first.receipt)  # stale: a silent no-op
+    assert (await queue.stats()).in_flight == 1
+
+    assert await queue.change_visibility(second.receipt, timeout_seconds=0) is True
+    assert (await queue.stats()).visible == 1
+    await queue.delete(second.receipt)
+    await queue.delete(second.receipt)  # already deleted: still fine
+    stats = await queue.stats()
+    assert (stats.visible, stats.in_flight, stats.oldest_age_seconds) == (0, 0, 0.0)
+    assert await queue.change_visibility("garbage", timeout_seconds=1) is False
+
+
+async def test_a_message_moves_to_dead_letters_after_max_receives(db, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock, max_receives=3)
+    message = _message()
+    await queue.send(message)
+    counts = []
+    for _ in range(3):
+        [delivery] = await queue.receive(max_messages=1, visibility_timeout_seconds=10)
+        counts.append(delivery.receive_count)
+        clock.advance(11)
+    assert counts == [1, 2, 3]
+
+    assert await queue.receive(max_messages=1, visibility_timeout_seconds=10) == []
+    [letter] = await queue.receive_dead_letters(max_messages=10)
+    assert letter.message == message
+    assert letter.receive_count == 3
+    assert (await queue.stats()).dead_letters == 1
+    assert len(await queue.receive_dead_letters(max_messages=10)) == 1  # not removed by reading
+
+    await queue.delete_dead_letter(letter.dead_letter_id)
+    assert await queue.receive_dead_letters(max_messages=10) == []
+
+
+async def test_receive_skips_dead_letters_and_still_fills_the_batch(db, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock, max_receives=1)
+    poison, fresh = _message(), _message()
+    await queue.send(poison)
+    await queue.receive(max_messages=1, visibility_timeout_seconds=0)
+    clock.advance(1)
+    await queue.send(fresh)
+    deliveries = await queue.receive(max_messages=1, visibility_timeout_seconds=30)
+    assert [d.message for d in deliveries] == [fresh]
+    assert (await queue.stats()).dead_letters == 1
+
+
+async def test_a_zero_visibility_receive_delivers_each_message_once(db, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock)
+    for _ in range(3):
+        await queue.send(_message())
+    deliveries = await queue.receive(max_messages=10, visibility_timeout_seconds=0)
+    assert len({d.message.job_id for d in deliveries}) == len(deliveries) == 3
+
+
+async def test_delayed_messages_are_in_flight_until_due(db, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock)
+    await queue.send(_message(), delay_seconds=5)
+    clock.advance(2)
+    stats = await queue.stats()
+    assert (stats.visible, stats.in_flight, stats.oldest_age_seconds) == (0, 1, 2.0)
+    assert await queue.receive(max_messages=1, visibility_timeout_seconds=30) == []
+    clock.advance(3)
+    assert len(await queue.receive(max_messages=1, visibility_timeout_seconds=30)) == 1
+
+
+async def test_a_send_in_this_process_wakes_a_waiting_receive(db, clock) -> None:
+    # A long poll interval: only the in-process wake-up can answer in time.
+    queue = SqliteJobQueue(db, clock=clock, poll_interval_seconds=10)
+    waiting = asyncio.ensure_future(
+        queue.receive(max_messages=1, visibility_timeout_seconds=30, wait_seconds=5)
+    )
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    started = time.monotonic()
+    await queue.send(_message())
+    deliveries = await asyncio.wait_for(waiting, timeout=2)
+    assert len(deliveries) == 1
+    assert time.monotonic() - started < 1
+
+
+async def test_a_send_by_another_process_is_found_by_polling(db, db_path, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock, poll_interval_seconds=0.02)
+    other = await SqliteDatabase.open(db_path)
+    try:
+        waiting = asyncio.ensure_future(
+            queue.receive(max_messages=1, visibility_timeout_seconds=30, wait_seconds=3)
+        )
+        await asyncio.sleep(0.05)
+        await SqliteJobQueue(other, clock=clock).send(_message())
+        assert len(await asyncio.wait_for(waiting, timeout=2)) == 1
+    finally:
+        await other.close()
+
+
+async def test_an_empty_receive_waits_about_wait_seconds(db, clock) -> None:
+    queue = SqliteJobQueue(db, clock=clock, poll_interval_seconds=0.02)
+    started = time.monotonic()
+    assert (
+        await queue.receive(max_messages=1, visibility_timeout_seconds=30, wait_seconds=0.1) == []
+    )
+    assert 0.09 <= time.monotonic() - started < 1

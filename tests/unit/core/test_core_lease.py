@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ferryman.core.clock import FakeClock
+from ferryman.core.lease import LeasePolicy
+
+durations = st.floats(min_value=0.001, max_value=86_400, allow_nan=False)
+
+
+@given(lease=durations, visibility=durations)
+def test_heartbeat_is_at_most_a_third_of_lease_and_visibility(
+    lease: float, visibility: float
+) -> None:
+    policy = LeasePolicy(lease_seconds=lease, visibility_timeout_seconds=visibility)
+    assert 0 < policy.heartbeat_seconds <= lease / 3 + 1e-9
+    assert policy.heartbeat_seconds <= visibility / 3 + 1e-9
+
+
+def test_defaults_beat_every_twenty_seconds() -> None:
+    assert LeasePolicy().heartbeat_seconds == 20.0
+
+
+def test_a_configured_heartbeat_wins() -> None:
+    assert LeasePolicy(heartbeat_interval_seconds=5).heartbeat_seconds == 5
+
+
+def test_lease_until_is_now_plus_the_lease(clock: FakeClock) -> None:
+    policy = LeasePolicy(lease_seconds=60)
+    assert policy.lease_until(clock.now()) == clock.now() + 60
+    clock.advance(10)
+    assert policy.lease_until(clock.now()) == clock.now() + 60
+
+
+def test_takeover_delay_reappears_just_after_the_lease(clock: FakeClock) -> None:
+    policy = LeasePolicy(lease_seconds=60, visibility_timeout_seconds=45)
+    now = clock.now()
+    assert policy.takeover_delay_seconds(now + 30, now) == 31
+    # An expired or nearly expired lease: look again in a second, never at once.
+    assert policy.takeover_delay_seconds(now - 100, now) == 1.0
+    assert policy.takeover_delay_seconds(now, now) == 1.0
+    # Unknown lease: one visibility timeout.
+    assert policy.takeover_delay_seconds(None, now) == 45
+
+
+@given(remaining=st.floats(min_value=-1_000, max_value=1_000), now=st.floats(0, 2e9))
+def test_takeover_delay_is_positive_and_past_the_lease(remaining: float, now: float) -> None:
+    delay = LeasePolicy().takeover_delay_seconds(now + remaining, now)
+    assert delay >= 1.0
+    assert now + delay >= now + remaining
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"lease_seconds": 0},
+        {"lease_seconds": -1},
+        {"visibility_timeout_seconds": 0},
+    ],
+)
+def test_lease_policy_rejects_non_positive_durations(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        LeasePolicy(**kwargs)
+
+
+def test_fake_clock_moves_only_forward_when_told() -> None:
+    clock = FakeClock(100.0)
+    assert clock.now() == 100.0
+    clock.advance(2.5)
+    assert clock.now() == 102.5
+    with pytest.raises(ValueError, match="backwards"):
+        clock.advance(-1)
+    clock.set(50.0)
+    assert clock.now() == 50.0

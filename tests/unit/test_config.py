@@ -1,0 +1,164 @@
+"""Settings: defaults, environment, the TOML file, precedence and clear errors."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ferryman.config import ConfigurationError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No FERRYMAN_* variable and no ./ferryman.toml from the machine running the tests."""
+    for name in list(os.environ):
+        if name.startswith("FERRYMAN_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults_follow_the_public_contract() -> None:
+    s = load_settings()
+    assert s.database_url == "sqlite:///./ferryman.db"
+    assert s.results_url == "file://./ferryman-results"
+    assert (s.host, s.port, s.url, s.api_key) == ("127.0.0.1", 8000, "http://127.0.0.1:8000", None)
+    assert s.worker_concurrency == 64
+    assert (s.lease_seconds, s.visibility_timeout_seconds) == (60, 60)
+    assert (s.max_attempts, s.max_receives) == (5, 10)
+    assert s.idempotency_retention_seconds == 86400
+    assert s.max_body_bytes == 262144
+    assert s.failpoints is None
+
+
+def test_defaults_of_the_extra_knobs() -> None:
+    s = load_settings()
+    assert (s.provider_timeout_seconds, s.attempt_timeout_seconds) == (30, 45)
+    assert s.heartbeat_interval_seconds is None
+    assert s.heartbeat_seconds == 20  # min(lease, visibility) / 3
+    assert s.stalled_seconds == 120  # visibility + lease
+    assert s.sqlite_synchronous == "FULL"
+    assert (s.tenant_rate_per_second, s.tenant_burst) == (50, 100)
+    assert (s.log_level, s.log_json) == ("INFO", False)
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRYMAN_LEASE_SECONDS", "90")
+    monkeypatch.setenv("FERRYMAN_PORT", "9001")
+    monkeypatch.setenv("FERRYMAN_SQLITE_SYNCHRONOUS", "normal")
+    monkeypatch.setenv("FERRYMAN_LOG_JSON", "true")
+    monkeypatch.setenv("FERRYMAN_HEARTBEAT_INTERVAL_SECONDS", "7")
+    s = load_settings()
+    assert s.lease_seconds == 90
+    assert s.port == 9001
+    assert s.sqlite_synchronous == "NORMAL"
+    assert s.log_json is True
+    assert s.heartbeat_seconds == 7
+
+
+def test_an_empty_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRYMAN_HEARTBEAT_INTERVAL_SECONDS", "")
+    assert load_settings().heartbeat_interval_seconds is None
+
+
+def test_toml_file_named_by_ferryman_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "elsewhere.toml"
+    config.write_text('lease_seconds = 30\nresults_url = "db"\n')
+    monkeypatch.setenv("FERRYMAN_CONFIG", str(config))
+    s = load_settings()
+    assert s.lease_seconds == 30
+    assert s.results_url == "db"
+
+
+def test_ferryman_toml_in_the_working_directory_is_read(tmp_path: Path) -> None:
+    (tmp_path / "ferryman.toml").write_text("max_attempts = 3\n")
+    assert load_settings().max_attempts == 3
+
+
+def test_environment_beats_the_toml_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "ferryman.toml").write_text("lease_seconds = 30\nmax_receives = 7\n")
+    monkeypatch.setenv("FERRYMAN_LEASE_SECONDS", "120")
+    s = load_settings()
+    assert s.lease_seconds == 120
+    assert s.max_receives == 7
+
+
+def test_a_missing_named_config_file_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRYMAN_CONFIG", "/nonexistent/ferryman.toml")
+    with pytest.raises(ConfigurationError, match="FERRYMAN_CONFIG"):
+        load_settings()
+
+
+def test_an_unknown_toml_key_is_named(tmp_path: Path) -> None:
+    (tmp_path / "ferryman.toml").write_text("lease_second = 30\n")
+    with pytest.raises(ConfigurationError, match="lease_second: unknown setting"):
+        load_settings()
+
+
+def test_malformed_toml_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "ferryman.toml").write_text("lease_seconds = = 3\n")
+    with pytest.raises(ConfigurationError, match="configuration file"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "why"),
+    [
+        ("FERRYMAN_LEASE_SECONDS", "-1", "greater than 0"),
+        ("FERRYMAN_LEASE_SECONDS", "soon", "valid number"),
+        ("FERRYMAN_PORT", "70000", "less than or equal to 65535"),
+        ("FERRYMAN_MAX_ATTEMPTS", "0", "greater than or equal to 1"),
+        ("FERRYMAN_SQLITE_SYNCHRONOUS", "OFF", "FULL"),
+        ("FERRYMAN_LOG_LEVEL", "chatty", "must be one of"),
+        ("FERRYMAN_FAILPOINTS", "nowhere=crash", "unknown failpoint"),
+        ("FERRYMAN_FAILPOINTS", "after_claim=crash@2", "within 0..1"),
+    ],
+)
+def test_bad_values_name_the_variable_and_the_reason(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, why: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    assert variable in caught.value.message
+    assert why in caught.value.message
+
+
+def test_credentials_are_not_echoed_in_errors() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(api_key=987654321)
+    assert "FERRYMAN_API_KEY" in caught.value.message
+    assert "987654321" not in caught.value.message
+
+
+def test_settings_are_frozen() -> None:
+    s = load_settings()
+    with pytest.raises(ValueError, match="frozen"):
+        s.lease_seconds = 1  # type: ignore[misc]
+
+
+def test_policies_carry_the_settings() -> None:
+    s = Settings(
+        lease_seconds=40,
+        visibility_timeout_seconds=50,
+        heartbeat_interval_seconds=5,
+        max_attempts=4,
+        max_invalid_output_attempts=1,
+        retry_initial_interval_seconds=0.5,
+        retry_backoff_coefficient=3,
+        retry_maximum_interval_seconds=60,
+    )
+    lease = s.lease_policy()
+    assert (lease.lease_seconds, lease.visibility_timeout_seconds) == (40, 50)
+    assert lease.heartbeat_seconds == 5
+    retry = s.retry_policy()
+    assert (retry.max_attempts, retry.max_invalid_output_attempts) == (4, 1)
+    assert (retry.initial_interval_seconds, retry.backoff_coefficient) == (0.5, 3)
+    assert retry.maximum_interval_seconds == 60
+    assert s.failpoint_set().probabilities == {}
