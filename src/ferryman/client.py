@@ -32,6 +32,11 @@ _UNSENT_STATUSES = frozenset({429, 503})
 _MAX_RETRY_AFTER_SECONDS = 60.0
 
 
+async def _sleep(seconds: float) -> None:
+    """Every wait of the client goes through here, so tests can skip the waiting."""
+    await asyncio.sleep(seconds)
+
+
 class ClientError(FerrymanError):
     """The ferryman API refused the request or could not be reached."""
 
@@ -189,7 +194,7 @@ class Client:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WaitTimeoutError(job, timeout_seconds)
-            await asyncio.sleep(min(interval, remaining))
+            await _sleep(min(interval, remaining))
             interval = min(max_interval, interval * 1.5)
 
     async def list(
@@ -233,14 +238,14 @@ class Client:
                         f"cannot reach ferryman at {self._http.base_url}: {type(exc).__name__}",
                         code="unreachable",
                     ) from exc
-                await asyncio.sleep(self._backoff(retry, None))
+                await _sleep(self._backoff(retry, None))
             else:
                 if retry >= self._max_retries or not self._may_retry_status(
                     response.status_code, idempotent
                 ):
                     return response
                 await response.aclose()
-                await asyncio.sleep(self._backoff(retry, retry_after_seconds(response)))
+                await _sleep(self._backoff(retry, retry_after_seconds(response)))
             retry += 1
 
     @staticmethod

@@ -22,6 +22,7 @@ from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
 from ferryman.http.app import AppDeps, create_app
+from ferryman.http.error_map import PROBLEM_MEDIA_TYPE
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.intake import Intake
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
     from ferryman.ports.provider import ModelRequest, ModelResponse
     from ferryman.tasks import TaskRegistry
+
+    ProblemCheck = Callable[[httpx.Response, int, str], dict[str, Any]]
 
 HTTP_MAX_RECEIVES = 3
 
@@ -219,3 +222,21 @@ def http_generate_body() -> Callable[..., dict[str, Any]]:
         return body
 
     return make
+
+
+def http_check_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Assert an RFC 9457 problem with this status and code; return its body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM_MEDIA_TYPE
+    problem: dict[str, Any] = response.json()
+    assert problem["status"] == status
+    assert problem["code"] == code
+    assert problem["type"] == f"https://ferryman.dev/problems/{code}"
+    assert problem["title"]
+    assert problem["detail"]
+    return problem
+
+
+@pytest.fixture
+def http_problem() -> Callable[[httpx.Response, int, str], dict[str, Any]]:
+    return http_check_problem

@@ -28,7 +28,7 @@ EXIT_USAGE = 2  # bad flags, bad JSON, bad configuration: nothing was done
 EXIT_WAIT_TIMEOUT = 3
 
 # stdout carries only what a command returns (a key, JSON), so scripts can capture it.
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # messages stay one line in logs
 out_console = Console()
 
 

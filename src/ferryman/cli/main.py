@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
 from ferryman.cli import admin, remote
 from ferryman.cli.common import EXIT_FAILED, out_console, run, settings
@@ -88,6 +89,11 @@ def doctor() -> None:
     out_console.print(render(checks))
     failed = [check for check in checks if not check.ok]
     if failed:
+        # Also one unwrapped line per failure, readable in logs and narrow terminals.
+        for check in failed:
+            out_console.print(
+                Text(f"FAIL {check.rule} ({check.value}): {check.fix}"), soft_wrap=True
+            )
         out_console.print(f"{len(failed)} check(s) failed.", style="bold red")
         raise typer.Exit(EXIT_FAILED)
     out_console.print("All checks passed.", style="green")

@@ -58,13 +58,23 @@ class AccessLogMiddleware:
 
 
 def _fields(scope: Scope, info: RequestInfo) -> dict[str, Any]:
-    route = scope.get("route")
     path_params = scope.get("path_params") or {}
     return {
         "method": scope.get("method"),
-        "route": getattr(route, "path", None) or "<unmatched>",
+        "route": _route_template(scope),
         "tenant_id": info.tenant_id,
         # A path parameter is whatever the caller typed: keep it short in the log.
         "job_id": info.job_id or str(path_params.get("job_id", ""))[:64] or None,
         "correlation_id": info.correlation_id,
     }
+
+
+def _route_template(scope: Scope) -> str:
+    template = getattr(scope.get("route"), "path", None)
+    if isinstance(template, str):
+        return template
+    # Plain Starlette routes (/openapi.json, /docs) leave only their endpoint behind;
+    # their path is fixed, so it is the template. An unmatched path is the caller's text.
+    if scope.get("endpoint") is not None:
+        return str(scope.get("path", ""))
+    return "<unmatched>"

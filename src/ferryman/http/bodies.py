@@ -2,15 +2,21 @@
 
 Routes read bodies themselves instead of declaring them as FastAPI parameters, so
 authentication runs first (an anonymous caller learns nothing about validation),
-a malformed body is a 422 ``invalid_request`` and a non-JSON one a 415, and
-pydantic's echo of the offending input never reaches a response.
+and pydantic's echo of the offending input never reaches a response.
+
+- Content-Type ``application/json`` (any charset) or ``application/*+json``: parsed.
+  No Content-Type at all: parsed as JSON too (curl-friendly).
+  Any other Content-Type: 415 ``unsupported_media_type``.
+- A body that is not JSON (bad syntax or UTF-8, NaN/Infinity, numbers that overflow
+  to infinity, nesting too deep): 422 ``invalid_request`` with ``loc ["body"]``.
+- JSON that breaks the model: 422 ``invalid_request`` with each field's ``loc``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -55,12 +61,19 @@ class ReplayRequest(BaseModel):
 class SwitchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    what: Switch
+    # A Literal, not the Switch enum, so the schema has no $defs (see openapi_body).
+    what: Literal["intake", "workers"]
+
+    @property
+    def switch(self) -> Switch:
+        return Switch(self.what)
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     """Describe a body the route reads itself, so /docs still shows it."""
     schema = model.model_json_schema()
+    # Nested $defs would not resolve inside the OpenAPI document.
+    assert "$defs" not in schema, f"{model.__name__} needs a flat schema"
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 

@@ -48,5 +48,9 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
 
 
 def get_logger(name: str) -> Any:
-    """A structlog logger tagged with the component name."""
-    return structlog.get_logger(name).bind(logger=name)
+    """A structlog logger tagged with its component (``component=name``).
+
+    It stays lazy (nothing is bound until it logs), so a module-level logger made at
+    import time still follows a configure_logging() called later.
+    """
+    return structlog.get_logger(component=name)

@@ -54,5 +54,5 @@ async def resume(request: Request, principal: Admin) -> JSONResponse:
 async def _set_switch(request: Request, actor: str, *, paused: bool) -> JSONResponse:
     body = await read_body(request, SwitchRequest)
     operations = app_deps(request).operations
-    await operations.set_paused(body.what, paused, actor=actor)
+    await operations.set_paused(body.switch, paused, actor=actor)
     return JSONResponse({"paused": sorted(str(switch) for switch in await operations.paused())})

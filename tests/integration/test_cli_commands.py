@@ -1,0 +1,157 @@
+"""The CLI as a user runs it: one subprocess per command, in a fresh directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+COMMAND_TIMEOUT_SECONDS = 60
+# Nothing listens here: a command that tried to connect would fail with exit 1, not 2.
+NOWHERE_URL = "http://127.0.0.1:9"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMAN_")}
+    env.update(extra)
+    return env
+
+
+def ferryman(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ferryman.cli.main", *args],
+        cwd=cwd,
+        env=env if env is not None else cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+    )
+
+
+def test_help_lists_every_command(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "--help")
+    assert done.returncode == 0
+    for command in ("serve", "api", "worker", "keys", "submit", "status", "doctor", "dlq"):
+        assert command in done.stdout
+
+
+def test_keys_create_prints_the_key_alone(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "keys", "create", "--tenant", "acme")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("fm_")
+    assert " " not in lines[0]
+    assert (tmp_path / "ferryman.db").exists()
+
+
+def test_keys_create_gives_a_new_key_each_time(tmp_path: Path) -> None:
+    first = ferryman(tmp_path, "keys", "create", "--tenant", "ops", "--admin")
+    second = ferryman(tmp_path, "keys", "create", "--tenant", "ops", "--admin")
+    assert first.returncode == second.returncode == 0
+    assert first.stdout != second.stdout
+
+
+def test_keys_create_refuses_a_bad_tenant_name(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "keys", "create", "--tenant", "no spaces allowed")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "tenant" in done.stderr
+
+
+def test_submit_with_bad_json_exits_2_and_sends_nothing(tmp_path: Path) -> None:
+    env = cli_env(FERRYMAN_URL=NOWHERE_URL, FERRYMAN_API_KEY="fm_x")
+    done = ferryman(tmp_path, "submit", "--task", "generate", "--input", '{"prompt": ', env=env)
+    assert done.returncode == 2
+    assert "--input is not valid JSON" in done.stderr
+    assert done.stdout == ""
+
+
+def test_submit_needs_a_json_object(tmp_path: Path) -> None:
+    env = cli_env(FERRYMAN_URL=NOWHERE_URL, FERRYMAN_API_KEY="fm_x")
+    done = ferryman(tmp_path, "submit", "--task", "generate", "--input", "[1, 2]", env=env)
+    assert done.returncode == 2
+    assert "JSON object" in done.stderr
+
+
+def test_submit_without_an_api_key_says_how_to_get_one(tmp_path: Path) -> None:
+    env = cli_env(FERRYMAN_URL=NOWHERE_URL)
+    done = ferryman(tmp_path, "submit", "--task", "generate", "--input", "{}", env=env)
+    assert done.returncode == 2
+    assert "FERRYMAN_API_KEY" in done.stderr
+
+
+def test_submit_to_an_unreachable_api_fails_clearly(tmp_path: Path) -> None:
+    env = cli_env(FERRYMAN_URL=NOWHERE_URL, FERRYMAN_API_KEY="fm_x")
+    done = ferryman(tmp_path, "submit", "--task", "generate", "--input", "{}", env=env)
+    assert done.returncode == 1
+    assert "cannot reach ferryman" in done.stderr
+
+
+def test_doctor_passes_on_defaults(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAIL" not in done.stdout
+    assert "database reachable" in done.stdout
+
+
+def test_doctor_fails_with_too_few_receives(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "doctor", env=cli_env(FERRYMAN_MAX_RECEIVES="3"))
+    assert done.returncode == 1
+    assert "FAIL" in done.stdout
+    assert "FERRYMAN_MAX_RECEIVES" in done.stdout
+
+
+def test_doctor_reads_a_toml_file(tmp_path: Path) -> None:
+    (tmp_path / "ferryman.toml").write_text("attempt_timeout_seconds = 90\n")
+    done = ferryman(tmp_path, "doctor")
+    assert done.returncode == 1
+    assert "FERRYMAN_LEASE_SECONDS" in done.stdout
+
+
+def test_dlq_list_on_an_empty_database(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "dlq", "list")
+    assert done.returncode == 0, done.stderr
+    assert "No dead-lettered jobs" in done.stderr
+    as_json = ferryman(tmp_path, "dlq", "list", "--json")
+    assert as_json.returncode == 0
+    assert json.loads(as_json.stdout) == {"data": [], "next_cursor": None}
+
+
+def test_dlq_replay_reports_unknown_jobs_as_skipped(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "dlq", "replay", "gen_missing", "--reason", "test")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "skipped gen_missing (not_found)"
+
+
+def test_dlq_replay_requires_a_reason(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "dlq", "replay", "gen_missing")
+    assert done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("FERRYMAN_LEASE_SECONDS", "-5", "FERRYMAN_LEASE_SECONDS"),
+        ("FERRYMAN_DATABASE_URL", "postgresql://db/x", "not available in this version"),
+        ("FERRYMAN_RESULTS_URL", "s3://bucket/prefix", "not available in this version"),
+        ("FERRYMAN_DATABASE_URL", "mysql://db", "sqlite:///"),
+    ],
+)
+def test_bad_configuration_exits_2_with_the_reason(
+    tmp_path: Path, variable: str, value: str, expected: str
+) -> None:
+    done = ferryman(tmp_path, "dlq", "list", env=cli_env(**{variable: value}))
+    assert done.returncode == 2
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr

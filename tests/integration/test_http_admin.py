@@ -1,0 +1,190 @@
+"""The operations API: dead letters, replay, pause and resume (admin keys only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import httpx
+    from tests.integration.conftest import HttpKeys, HttpStack, ProblemCheck
+
+GENERATE = {"task": "generate", "input": {"prompt": "hello"}}
+
+
+class Clients:
+    def __init__(
+        self, stack: HttpStack, keys: HttpKeys, open_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
+        app = stack.app()
+        self.acme = open_client(app, keys.acme)
+        self.globex = open_client(app, keys.globex)
+        self.admin = open_client(app, keys.admin)
+        self.admin_key_id = keys.admin.split("_")[1]
+
+
+@pytest.fixture
+def clients(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+) -> Clients:
+    return Clients(http_stack, http_keys, http_open_client)
+
+
+async def submit(client: httpx.AsyncClient, prompt: str = "hello") -> str:
+    response = await client.post(
+        "/v1/generations", json={"task": "generate", "input": {"prompt": prompt}}
+    )
+    assert response.status_code == 202, response.text
+    job_id: str = response.json()["job_id"]
+    return job_id
+
+
+async def test_dead_letters_lists_dead_lettered_jobs_across_tenants(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    done = await submit(clients.acme, "fine")
+    await http_stack.run_worker()
+    stuck_acme = await submit(clients.acme, "stuck one")
+    stuck_globex = await submit(clients.globex, "stuck two")
+    await http_stack.dead_letter(stuck_acme)
+
+    response = await clients.admin.get("/v1/admin/dead-letters")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"data", "next_cursor"}
+    listed = {job["job_id"]: job for job in body["data"]}
+    assert set(listed) == {stuck_acme, stuck_globex}
+    assert done not in listed
+    assert listed[stuck_acme]["tenant_id"] == "acme"
+    assert listed[stuck_globex]["tenant_id"] == "globex"
+    for job in listed.values():
+        assert job["status"] == "FAILED"
+        assert job["error"]["code"] == "dead_lettered"
+        assert job["error"]["class"] == "DELIVERY"
+
+
+async def test_dead_letters_paginate(clients: Clients, http_stack: HttpStack) -> None:
+    stuck = [await submit(clients.acme, f"stuck {i}") for i in range(3)]
+    await http_stack.dead_letter(stuck[0])
+
+    first = (await clients.admin.get("/v1/admin/dead-letters", params={"limit": 2})).json()
+    second = (
+        await clients.admin.get(
+            "/v1/admin/dead-letters", params={"limit": 2, "cursor": first["next_cursor"]}
+        )
+    ).json()
+
+    assert len(first["data"]) == 2
+    assert first["next_cursor"] is not None
+    assert [j["job_id"] for j in first["data"] + second["data"]] == list(reversed(stuck))
+    assert second["next_cursor"] is None
+
+
+async def test_replay_restarts_dead_letters_and_skips_the_rest(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    done = await submit(clients.acme, "fine")
+    await http_stack.run_worker()
+    stuck = await submit(clients.acme, "stuck")
+    await http_stack.dead_letter(stuck)
+    unknown = "gen_01HZZZZZZZZZZZZZZZZZZZZZZZ"
+
+    response = await clients.admin.post(
+        "/v1/admin/dead-letters/replay",
+        json={"job_ids": [stuck, done, unknown], "reason": "fixed the poison payload bug"},
+    )
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["replayed"] == [stuck]
+    skipped = {entry["job_id"]: entry["reason"] for entry in body["skipped"]}
+    assert set(skipped) == {done, unknown}
+    assert all(set(entry) == {"job_id", "reason"} for entry in body["skipped"])
+    assert "succeeded" in skipped[done].lower()
+
+    events = (await clients.acme.get(f"/v1/generations/{stuck}/events")).json()["events"]
+    (replayed,) = [e for e in events if e["kind"] == "REPLAYED"]
+    assert replayed["detail"]["actor"] == clients.admin_key_id
+    assert replayed["detail"]["reason"] == "fixed the poison payload bug"
+
+    await http_stack.run_worker()
+    job = (await clients.acme.get(f"/v1/generations/{stuck}")).json()
+    assert job["status"] == "SUCCEEDED"
+    assert (await clients.acme.get(f"/v1/generations/{done}")).json()["status"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"job_ids": [], "reason": "r"}, ["body", "job_ids"]),
+        ({"job_ids": ["gen_x"] * 101, "reason": "r"}, ["body", "job_ids"]),
+        ({"job_ids": ["gen_x"], "reason": ""}, ["body", "reason"]),
+        ({"job_ids": ["gen_x"], "reason": "r" * 501}, ["body", "reason"]),
+        ({"job_ids": ["gen_x"]}, ["body", "reason"]),
+        ({"job_ids": "gen_x", "reason": "r"}, ["body", "job_ids"]),
+        ({"job_ids": ["gen_x"], "reason": "r", "actor": "someone"}, ["body", "actor"]),
+    ],
+)
+async def test_replay_validates_its_body(
+    clients: Clients, http_problem: ProblemCheck, body: dict[str, Any], loc: list[str]
+) -> None:
+    response = await clients.admin.post("/v1/admin/dead-letters/replay", json=body)
+
+    problem = http_problem(response, 422, "invalid_request")
+    assert loc in [error["loc"] for error in problem["errors"]]
+
+
+async def test_replay_accepts_a_hundred_ids(clients: Clients) -> None:
+    ids = [f"gen_{i:026d}" for i in range(100)]
+
+    response = await clients.admin.post(
+        "/v1/admin/dead-letters/replay", json={"job_ids": ids, "reason": "bulk"}
+    )
+
+    assert response.status_code == 200
+    assert response.json()["replayed"] == []
+    assert len(response.json()["skipped"]) == 100
+
+
+async def test_paused_intake_answers_503_with_retry_after_until_resumed(
+    clients: Clients, http_stack: HttpStack, http_problem: ProblemCheck
+) -> None:
+    paused = await clients.admin.post("/v1/admin/pause", json={"what": "intake"})
+    assert paused.status_code == 200
+    assert paused.json() == {"paused": ["intake"]}
+
+    refused = await clients.acme.post("/v1/generations", json=GENERATE)
+    http_problem(refused, 503, "paused")
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert (await http_stack.store.list_jobs(tenant_id="acme")).jobs == []
+    # Reading is not paused.
+    assert (await clients.acme.get("/v1/generations")).status_code == 200
+
+    resumed = await clients.admin.post("/v1/admin/resume", json={"what": "intake"})
+    assert resumed.status_code == 200
+    assert resumed.json() == {"paused": []}
+    assert (await clients.acme.post("/v1/generations", json=GENERATE)).status_code == 202
+
+
+async def test_pause_workers_is_recorded(clients: Clients, http_stack: HttpStack) -> None:
+    response = await clients.admin.post("/v1/admin/pause", json={"what": "workers"})
+
+    assert response.json() == {"paused": ["workers"]}
+    assert {str(s) for s in await http_stack.operations.paused()} == {"workers"}
+    # Intake still takes work while workers are paused.
+    assert (await clients.acme.post("/v1/generations", json=GENERATE)).status_code == 202
+
+
+@pytest.mark.parametrize("body", [{"what": "everything"}, {}, {"what": "intake", "x": 1}])
+async def test_pause_validates_its_body(
+    clients: Clients, http_problem: ProblemCheck, body: dict[str, Any]
+) -> None:
+    response = await clients.admin.post("/v1/admin/pause", json=body)
+
+    http_problem(response, 422, "invalid_request")
