@@ -70,6 +70,10 @@ async def test_full_flow_submit_work_read(
     assert body["created_at"] == "2023-11-14T22:13:20.000Z"  # the FakeClock's start
     assert body["completed_at"] == "2023-11-14T22:13:21.500Z"
 
+    # A list shows each job exactly as GET does, result included.
+    listed = (await http_client.get("/v1/generations")).json()["data"]
+    assert listed == [body]
+
 
 async def test_a_failed_job_shows_its_error(
     http_client: httpx.AsyncClient, http_stack: HttpStack

@@ -36,8 +36,7 @@ def submission_body(job: Job) -> dict[str, Any]:
 
 
 def job_summary(job: Job) -> dict[str, Any]:
-    """A job without its result: what lists show (loading every result would cost a
-    read per row). GET /v1/generations/{id} adds ``result``."""
+    """A job without its result (the admin listing); job_body adds ``result``."""
     return {
         "job_id": job.job_id,
         "status": str(job.status),

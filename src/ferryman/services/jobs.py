@@ -6,6 +6,8 @@ indistinguishable from a job that does not exist.
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,18 +17,22 @@ from ferryman.core.errors import JobNotFoundError
 from ferryman.core.job import JobStatus
 
 if TYPE_CHECKING:
-    import builtins
-
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobPage, JobStore
+    from ferryman.ports.store import JobStore
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
     job: Job
     result: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobViewPage:
+    views: list[JobView]
+    next_cursor: str | None
 
 
 class JobQueries:
@@ -39,11 +45,7 @@ class JobQueries:
         self._clock: Clock = clock or SystemClock()
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
-        job = await self._owned(tenant_id, job_id)
-        result = None
-        if job.status is JobStatus.SUCCEEDED and job.result_ref is not None:
-            result = json.loads(await self._results.get(job.result_ref))
-        return JobView(job=job, result=result)
+        return await self._view(await self._owned(tenant_id, job_id))
 
     async def list(
         self,
@@ -53,10 +55,18 @@ class JobQueries:
         task: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> JobPage:
-        return await self._store.list_jobs(
+    ) -> JobViewPage:
+        page = await self._store.list_jobs(
             tenant_id=tenant_id, status=status, task=task, limit=limit, cursor=cursor
         )
+        views = await asyncio.gather(*(self._view(job) for job in page.jobs))
+        return JobViewPage(views=builtins.list(views), next_cursor=page.next_cursor)
+
+    async def _view(self, job: Job) -> JobView:
+        result = None
+        if job.status is JobStatus.SUCCEEDED and job.result_ref is not None:
+            result = json.loads(await self._results.get(job.result_ref))
+        return JobView(job=job, result=result)
 
     async def history(
         self, tenant_id: str, job_id: str

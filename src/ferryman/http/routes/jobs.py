@@ -11,7 +11,7 @@ from ferryman.core.job import JobStatus
 from ferryman.http.auth import Tenant, app_deps
 from ferryman.http.bodies import GenerationRequest, openapi_body, read_body
 from ferryman.http.context import request_info, valid_traceparent
-from ferryman.http.views import attempt_body, event_body, job_body, job_summary, submission_body
+from ferryman.http.views import attempt_body, event_body, job_body, submission_body
 from ferryman.services.intake import SubmitRequest
 
 router = APIRouter(prefix="/v1/generations", tags=["generations"])
@@ -55,7 +55,10 @@ async def list_jobs(
         principal.tenant_id, status=status, task=task, limit=limit, cursor=cursor
     )
     return JSONResponse(
-        {"data": [job_summary(job) for job in page.jobs], "next_cursor": page.next_cursor}
+        {
+            "data": [job_body(view.job, result=view.result) for view in page.views],
+            "next_cursor": page.next_cursor,
+        }
     )
 
 

@@ -1,7 +1,4 @@
-"""The token bucket behind the per-tenant limit (pure: explicit times, no sleeping).
-
-Kept beside the HTTP tests because it exists for them; it needs no app.
-"""
+"""The token bucket behind the per-tenant limit (pure: explicit times, no sleeping)."""
 
 from __future__ import annotations
 
