@@ -183,13 +183,13 @@ async def open_runtime(settings: Settings, *, clock: Clock | None = None) -> Asy
 
 
 def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> Runtime:
-    max_receives = settings.max_receives
-    store = SqliteJobStore(db, max_receives=max_receives)
-    queue = SqliteJobQueue(db, clock=clock, max_receives=max_receives)
+    store = SqliteJobStore(db)
+    queue = SqliteJobQueue(db, clock=clock, max_receives=settings.max_receives)
     results, results_location = _results_store(settings, db)
     keys = SqliteApiKeyStore(db)
     control = SqliteControlStore(db)
     tasks = builtin_tasks()
+    providers: list[ModelProvider] = [SimulatedProvider()]
     return Runtime(
         settings=settings,
         clock=clock,
@@ -199,7 +199,7 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
         keys=keys,
         control=control,
         tasks=tasks,
-        providers=[SimulatedProvider()],
+        providers=providers,
         intake=Intake(
             store=store,
             queue=queue,
@@ -207,6 +207,7 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
             control=control,
             clock=clock,
             idempotency_retention_seconds=settings.idempotency_retention_seconds,
+            providers=providers,
         ),
         jobs=JobQueries(store=store, results=results, clock=clock),
         operations=Operations(store=store, queue=queue, control=control, clock=clock),

@@ -153,7 +153,7 @@ async def _sqlite(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
     try:
         yield Engine(
             name="sqlite",
-            store=SqliteJobStore(db, max_receives=MAX_RECEIVES),
+            store=SqliteJobStore(db),
             queue=SqliteJobQueue(
                 db, clock=clock, max_receives=MAX_RECEIVES, poll_interval_seconds=0.05
             ),

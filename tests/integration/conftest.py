@@ -136,7 +136,7 @@ class HttpStack:
 async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
     clock = FakeClock()
     db = await SqliteDatabase.open(tmp_path / "ferryman.db", synchronous="NORMAL")
-    store = SqliteJobStore(db, max_receives=HTTP_MAX_RECEIVES)
+    store = SqliteJobStore(db)
     queue = SqliteJobQueue(db, clock=clock, max_receives=HTTP_MAX_RECEIVES)
     results = SqliteResultStore(db)
     control = SqliteControlStore(db)

@@ -27,11 +27,8 @@ _FIRST_PAGE = "\U0010ffff"
 class SqliteJobStore:
     """Every change is one write op of the group-commit writer (one BEGIN IMMEDIATE)."""
 
-    def __init__(self, db: SqliteDatabase, *, max_receives: int = 10) -> None:
+    def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
-        # Kept for symmetry with the queue's redrive setting; the store itself
-        # bounds attempts through the job's counters, not deliveries.
-        self.max_receives = max_receives
 
     @property
     def enqueues_with_job(self) -> bool:
