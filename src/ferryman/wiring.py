@@ -8,6 +8,7 @@ the Runtime and never import an adapter themselves.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from contextlib import asynccontextmanager
@@ -176,9 +177,12 @@ async def open_runtime(settings: Settings, *, clock: Clock | None = None) -> Asy
     check_urls(settings)
     path = sqlite_path(settings.database_url)
     db = await SqliteDatabase.open(path, synchronous=settings.sqlite_synchronous)
+    runtime = _build(settings, db, path, clock or SystemClock())
     try:
-        yield _build(settings, db, path, clock or SystemClock())
+        yield runtime
     finally:
+        if isinstance(runtime.results, FileResultStore):
+            await asyncio.to_thread(runtime.results.close)
         await db.close()
 
 

@@ -195,7 +195,11 @@ async def _sqlite_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
 async def _file_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
     from ferryman.adapters.files import FileResultStore
 
-    yield FileResultStore(str(tmp_path / "results"))
+    store = FileResultStore(str(tmp_path / "results"))
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 RESULT_STORES: dict[str, Callable[[Path], AbstractAsyncContextManager[ResultStore]]] = {

@@ -63,7 +63,10 @@ def app_deps(runtime: Runtime) -> AppDeps:
 def bind(host: str, port: int) -> socket.socket:
     """Listen before anything starts, so a taken port is a clear error, not a stack trace."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when
+    # the listener says it is TCP; without it every keep-alive response waits ~40 ms
+    # for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -159,7 +159,8 @@ class DeliveryHandler:
     async def _publish(self, delivery: Delivery, job: Job, result: CallResult) -> Verdict:
         assert job.attempt_id is not None
         data = json.dumps(result.output, separators=(",", ":"), ensure_ascii=False).encode()
-        ref = await self._results.put(f"{job.tenant_id}/{job.job_id}/{job.attempt_id}.json", data)
+        # Attempt-specific, so a late attempt can never overwrite the published result.
+        ref = await self._results.put(f"{job.tenant_id}/{job.job_id}.{job.attempt_id}.json", data)
         self._failpoints.hit("after_result_put")
         published = await self._store.succeed(
             job.job_id,

@@ -83,7 +83,7 @@ class SqliteDatabase:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside the next group-commit transaction; return after COMMIT."""
-        return await asyncio.wrap_future(self._writer.submit(fn))
+        return await self._writer.write(fn)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the read connection, in one read transaction (one snapshot)."""
