@@ -15,6 +15,7 @@ from ferryman.ports.store import JobPage, LeaseStatus
 
 if TYPE_CHECKING:
     import sqlite3
+    from collections.abc import Callable
 
     from ferryman.adapters.sqlite.database import SqliteDatabase
     from ferryman.core.job import Attempt, AttemptReport, Event, Job, JobError, JobStatus
@@ -115,23 +116,17 @@ class SqliteJobStore:
     async def succeed(
         self, job_id: str, *, attempt_id: str, now: float, result_ref: str, report: AttemptReport
     ) -> bool:
-        def op(conn: sqlite3.Connection) -> bool:
-            job = jobops.owned(conn, job_id, attempt_id, now=now)
-            if job is None:
-                return False
-            after = rules.succeed(job, attempt_id=attempt_id, now=now, result_ref=result_ref)
-            detail = {"result_ref": result_ref}
-            return jobops.finish(
-                conn,
-                after,
-                attempt_id,
-                now=now,
-                report=report,
-                kind=EventKind.SUCCEEDED,
-                detail=detail,
-            )
-
-        return await self._db.write(op)
+        return await self._owner_ends_attempt(
+            job_id,
+            attempt_id,
+            now=now,
+            report=report,
+            transition=partial(
+                rules.succeed, attempt_id=attempt_id, now=now, result_ref=result_ref
+            ),
+            kind=EventKind.SUCCEEDED,
+            detail={"result_ref": result_ref},
+        )
 
     async def schedule_retry(
         self,
@@ -143,74 +138,89 @@ class SqliteJobStore:
         error: JobError,
         report: AttemptReport,
     ) -> bool:
-        def op(conn: sqlite3.Connection) -> bool:
-            job = jobops.owned(conn, job_id, attempt_id, now=now)
-            if job is None:
-                return False
-            after = rules.schedule_retry(
-                job, attempt_id=attempt_id, now=now, not_before=not_before, error=error
-            )
-            detail = {"not_before": not_before, **jobops.error_detail(error)}
-            return jobops.finish(
-                conn,
-                after,
-                attempt_id,
+        return await self._owner_ends_attempt(
+            job_id,
+            attempt_id,
+            now=now,
+            report=report,
+            transition=partial(
+                rules.schedule_retry,
+                attempt_id=attempt_id,
                 now=now,
-                report=report,
-                kind=EventKind.RETRY_SCHEDULED,
-                detail=detail,
-            )
-
-        return await self._db.write(op)
+                not_before=not_before,
+                error=error,
+            ),
+            kind=EventKind.RETRY_SCHEDULED,
+            detail={"not_before": not_before, **jobops.error_detail(error)},
+        )
 
     async def fail(
         self, job_id: str, *, attempt_id: str, now: float, error: JobError, report: AttemptReport
     ) -> bool:
         # A delivery-level failure spends no model-failure budget.
         counts = error.failure_class is not FailureClass.DELIVERY
-
-        def op(conn: sqlite3.Connection) -> bool:
-            job = jobops.owned(conn, job_id, attempt_id, now=now)
-            if job is None:
-                return False
-            after = rules.fail(job, attempt_id=attempt_id, now=now, error=error, counts=counts)
-            detail = jobops.error_detail(error)
-            return jobops.finish(
-                conn,
-                after,
-                attempt_id,
-                now=now,
-                report=report,
-                kind=EventKind.FAILED,
-                detail=detail,
-            )
-
-        return await self._db.write(op)
+        return await self._owner_ends_attempt(
+            job_id,
+            attempt_id,
+            now=now,
+            report=report,
+            transition=partial(
+                rules.fail, attempt_id=attempt_id, now=now, error=error, counts=counts
+            ),
+            kind=EventKind.FAILED,
+            detail=jobops.error_detail(error),
+        )
 
     async def finish_cancelled(
         self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
     ) -> bool:
-        def op(conn: sqlite3.Connection) -> bool:
-            job = jobops.owned(conn, job_id, attempt_id, now=now)
-            if job is None:
-                return False
-            after = rules.cancelled(job, now=now)
-            return jobops.finish(
-                conn, after, attempt_id, now=now, report=report, kind=EventKind.CANCELLED, detail={}
-            )
-
-        return await self._db.write(op)
+        return await self._owner_ends_attempt(
+            job_id,
+            attempt_id,
+            now=now,
+            report=report,
+            transition=partial(rules.cancelled, now=now),
+            kind=EventKind.CANCELLED,
+        )
 
     async def release(
         self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
     ) -> bool:
+        return await self._owner_ends_attempt(
+            job_id,
+            attempt_id,
+            now=now,
+            report=report,
+            transition=partial(rules.release, attempt_id=attempt_id, now=now),
+            kind=EventKind.RELEASED,
+        )
+
+    async def _owner_ends_attempt(
+        self,
+        job_id: str,
+        attempt_id: str,
+        *,
+        now: float,
+        report: AttemptReport,
+        transition: Callable[[Job], Job],
+        kind: EventKind,
+        detail: dict[str, Any] | None = None,
+    ) -> bool:
+        """One write: if the attempt still owns the job, apply the core transition,
+        close the attempt with its report and record the event. False otherwise."""
+
         def op(conn: sqlite3.Connection) -> bool:
             job = jobops.owned(conn, job_id, attempt_id, now=now)
             if job is None:
                 return False
-            after = rules.release(job, attempt_id=attempt_id, now=now)
             return jobops.finish(
-                conn, after, attempt_id, now=now, report=report, kind=EventKind.RELEASED, detail={}
+                conn,
+                transition(job),
+                attempt_id,
+                now=now,
+                report=report,
+                kind=kind,
+                detail=detail or {},
             )
 
         return await self._db.write(op)
