@@ -159,7 +159,7 @@ async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Route every known error through this table. Unexpected exceptions are turned
-    into a 500 by the outermost middleware (http/middleware.py), which also logs them."""
+    into a 500 by the outermost middleware (http/access_log.py), which also logs them."""
     app.add_exception_handler(FerrymanError, _ferryman_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
