@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ferryman.core.lease import LeasePolicy
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import Delivery, JobQueue
-    from ferryman.ports.store import JobStore
+    from ferryman.ports.store import JobStore, LeaseStatus
     from ferryman.tasks import TaskDefinition, TaskRegistry
 
 log = structlog.get_logger("ferryman.worker")
@@ -194,6 +194,27 @@ class AttemptRunner:
         metrics.TOKENS.labels(model=model, direction="input").inc(response.input_tokens)
         metrics.TOKENS.labels(model=model, direction="output").inc(response.output_tokens)
 
+    async def _beat(self, job: Job, delivery: Delivery) -> LeaseStatus | None:
+        """Renew the lease and the message's visibility; None when the store failed."""
+        assert job.attempt_id is not None
+        now = self._clock.now()
+        try:
+            status = await self._store.renew_lease(
+                job.job_id,
+                attempt_id=job.attempt_id,
+                now=now,
+                lease_until=self._lease.lease_until(now),
+            )
+            await self._queue.change_visibility(
+                delivery.receipt, timeout_seconds=self._lease.visibility_timeout_seconds
+            )
+        except Exception as exc:  # noqa: BLE001 - one missed beat must not kill a paid-for call
+            log.warning(
+                "heartbeat.failed", job_id=job.job_id, error_type=type(exc).__name__, error=str(exc)
+            )
+            return None
+        return status
+
     async def _heartbeat(
         self, job: Job, delivery: Delivery, call: asyncio.Task[None], result: CallResult
     ) -> None:
@@ -207,16 +228,9 @@ class AttemptRunner:
                 result.released = True
                 call.cancel()
                 return
-            now = self._clock.now()
-            status = await self._store.renew_lease(
-                job.job_id,
-                attempt_id=job.attempt_id,
-                now=now,
-                lease_until=self._lease.lease_until(now),
-            )
-            await self._queue.change_visibility(
-                delivery.receipt, timeout_seconds=self._lease.visibility_timeout_seconds
-            )
+            status = await self._beat(job, delivery)
+            if status is None:
+                continue  # the store did not answer: the lease has two more beats of slack
             if not status.held or status.cancel_requested:
                 result.lease_lost = not status.held
                 result.cancel_requested = status.held and status.cancel_requested

@@ -307,3 +307,35 @@ async def test_paused_workers_receive_nothing(make_world) -> None:
     await asyncio.wait_for(running, 10)
     assert (await world.job(job.job_id)).status is JobStatus.QUEUED
     assert world.provider.invocations == 0
+
+
+async def test_a_heartbeat_the_store_misses_does_not_kill_the_call(make_world) -> None:
+    from ferryman.core.errors import StoreUnavailableError
+
+    block = asyncio.Event()
+    world = make_world(
+        block=block,
+        lease=LeasePolicy(
+            lease_seconds=60, visibility_timeout_seconds=60, heartbeat_interval_seconds=0.01
+        ),
+    )
+    job = await world.submit("x")
+    real_renew = world.store.renew_lease
+    beats: list[str] = []
+    recovered = asyncio.Event()
+
+    async def flaky_renew(*args, **kwargs):
+        beats.append("beat")
+        if len(beats) >= 4:
+            recovered.set()
+        if len(beats) <= 2:
+            raise StoreUnavailableError("database is locked")
+        return await real_renew(*args, **kwargs)
+
+    world.store.renew_lease = flaky_renew  # type: ignore[method-assign]
+    handling = asyncio.create_task(world.worker().handle(await _receive_one(world)))
+    await asyncio.wait_for(world.provider.started.wait(), 5)
+    await asyncio.wait_for(recovered.wait(), 5)  # two failed beats, then good ones
+    block.set()
+    assert await asyncio.wait_for(handling, 5) is Verdict.SUCCEEDED
+    assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
