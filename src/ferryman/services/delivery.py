@@ -8,14 +8,15 @@ delivered again, and the next delivery finds the truth in the job record.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
-from ferryman.core.errors import FailureClass
+from ferryman.core.errors import FailureClass, StoreUnavailableError
 from ferryman.core.ids import new_attempt_id
 from ferryman.core.job import (
     SUPPORTED_PAYLOAD_VERSIONS,
@@ -29,6 +30,8 @@ from ferryman.core.retry import decide
 from ferryman.observability import metrics
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from ferryman.core.clock import Clock
     from ferryman.core.errors import ProviderError
     from ferryman.core.lease import LeasePolicy
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
     from ferryman.services.attempt import AttemptRunner, CallResult
 
 log = structlog.get_logger("ferryman.worker")
+
+T = TypeVar("T")
+# Well within a lease: the heartbeat has stopped once the call returned.
+PERSIST_RETRY_DELAYS_SECONDS = (0.1, 0.5, 2.0)
 
 
 class Verdict(enum.StrEnum):
@@ -160,14 +167,18 @@ class DeliveryHandler:
         assert job.attempt_id is not None
         data = json.dumps(result.output, separators=(",", ":"), ensure_ascii=False).encode()
         # Attempt-specific, so a late attempt can never overwrite the published result.
-        ref = await self._results.put(f"{job.tenant_id}/{job.job_id}.{job.attempt_id}.json", data)
+        key = f"{job.tenant_id}/{job.job_id}.{job.attempt_id}.json"
+        ref = await self._persistently(lambda: self._results.put(key, data))
         self._failpoints.hit("after_result_put")
-        published = await self._store.succeed(
-            job.job_id,
-            attempt_id=job.attempt_id,
-            now=self._clock.now(),
-            result_ref=ref,
-            report=result.report(AttemptOutcome.SUCCEEDED),
+        attempt_id = job.attempt_id
+        published = await self._persistently(
+            lambda: self._store.succeed(
+                job.job_id,
+                attempt_id=attempt_id,
+                now=self._clock.now(),
+                result_ref=ref,
+                report=result.report(AttemptOutcome.SUCCEEDED),
+            )
         )
         if not published:
             # Not ours any more: this result stays unreferenced (the key is ours alone).
@@ -194,13 +205,16 @@ class DeliveryHandler:
         now = self._clock.now()
         if decision.retry:
             job_error = JobError(code=error.code, failure_class=klass, message=error.message)
-            scheduled = await self._store.schedule_retry(
-                job.job_id,
-                attempt_id=job.attempt_id,
-                now=now,
-                not_before=now + decision.delay_seconds,
-                error=job_error,
-                report=result.report(AttemptOutcome.RETRY),
+            attempt_id = job.attempt_id
+            scheduled = await self._persistently(
+                lambda: self._store.schedule_retry(
+                    job.job_id,
+                    attempt_id=attempt_id,
+                    now=now,
+                    not_before=now + decision.delay_seconds,
+                    error=job_error,
+                    report=result.report(AttemptOutcome.RETRY),
+                )
             )
             if not scheduled:
                 return await self._lease_lost(job, result)
@@ -211,12 +225,16 @@ class DeliveryHandler:
             return Verdict.RETRY_SCHEDULED
         code = error.code if decision.reason == "not_retryable" else decision.reason
         job_error = JobError(code=code, failure_class=klass, message=error.message)
-        failed = await self._store.fail(
-            job.job_id,
-            attempt_id=job.attempt_id,
-            now=now,
-            error=job_error,
-            report=result.report(AttemptOutcome.FAILED),
+        attempt_id = job.attempt_id
+        final_error = job_error
+        failed = await self._persistently(
+            lambda: self._store.fail(
+                job.job_id,
+                attempt_id=attempt_id,
+                now=now,
+                error=final_error,
+                report=result.report(AttemptOutcome.FAILED),
+            )
         )
         if not failed:
             return await self._lease_lost(job, result)
@@ -227,11 +245,14 @@ class DeliveryHandler:
 
     async def _cancelled(self, delivery: Delivery, job: Job, result: CallResult) -> Verdict:
         assert job.attempt_id is not None
-        done = await self._store.finish_cancelled(
-            job.job_id,
-            attempt_id=job.attempt_id,
-            now=self._clock.now(),
-            report=result.report(AttemptOutcome.CANCELLED),
+        attempt_id = job.attempt_id
+        done = await self._persistently(
+            lambda: self._store.finish_cancelled(
+                job.job_id,
+                attempt_id=attempt_id,
+                now=self._clock.now(),
+                report=result.report(AttemptOutcome.CANCELLED),
+            )
         )
         if not done:
             return await self._lease_lost(job, result)
@@ -291,6 +312,21 @@ class DeliveryHandler:
             )
         await self._ack(delivery)
         return Verdict.DUPLICATE
+
+    async def _persistently(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Make an attempt's outcome durable, riding out a briefly unavailable store.
+
+        The model call is already paid for: a lock held a moment too long must not
+        throw its result away. Every write here is conditional on the attempt still
+        owning the job, so repeating one that failed is safe.
+        """
+        for delay in PERSIST_RETRY_DELAYS_SECONDS:
+            try:
+                return await write()
+            except (StoreUnavailableError, OSError) as exc:
+                log.warning("outcome.write_failed", error_type=type(exc).__name__, retry_in=delay)
+                await asyncio.sleep(delay)
+        return await write()
 
     async def _ack(self, delivery: Delivery) -> None:
         self._failpoints.hit("before_ack")

@@ -339,3 +339,59 @@ async def test_a_heartbeat_the_store_misses_does_not_kill_the_call(make_world) -
     block.set()
     assert await asyncio.wait_for(handling, 5) is Verdict.SUCCEEDED
     assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+
+
+async def test_a_briefly_unavailable_store_does_not_throw_a_paid_result_away(
+    make_world, monkeypatch
+) -> None:
+    from ferryman.core.errors import StoreUnavailableError
+    from ferryman.services import delivery
+
+    monkeypatch.setattr(delivery, "PERSIST_RETRY_DELAYS_SECONDS", (0, 0, 0))
+    world = make_world()
+    job = await world.submit("x")
+    real_put, real_succeed = world.results.put, world.store.succeed
+    failures = {"put": 2, "succeed": 1}
+
+    async def flaky_put(key, data):
+        if failures["put"]:
+            failures["put"] -= 1
+            raise OSError(28, "No space left on device")
+        return await real_put(key, data)
+
+    async def flaky_succeed(*args, **kwargs):
+        if failures["succeed"]:
+            failures["succeed"] -= 1
+            raise StoreUnavailableError("database is locked")
+        return await real_succeed(*args, **kwargs)
+
+    world.results.put = flaky_put  # type: ignore[method-assign]
+    world.store.succeed = flaky_succeed  # type: ignore[method-assign]
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    assert world.provider.invocations == 1
+    assert failures == {"put": 0, "succeed": 0}
+    assert [a.outcome for a in await world.store.attempts(job.job_id)] == [AttemptOutcome.SUCCEEDED]
+
+
+async def test_a_store_that_stays_down_leaves_the_job_to_be_taken_over(
+    make_world, monkeypatch
+) -> None:
+    from ferryman.core.errors import StoreUnavailableError
+    from ferryman.services import delivery
+
+    monkeypatch.setattr(delivery, "PERSIST_RETRY_DELAYS_SECONDS", (0, 0, 0))
+    world = make_world()
+    job = await world.submit("x")
+
+    async def down(*args, **kwargs):
+        raise StoreUnavailableError("disk I/O error")
+
+    world.store.succeed = down  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailableError):
+        await world.worker().handle(await _receive_one(world))
+    # Nothing was acked: the message comes back and the next claim takes over.
+    world.clock.advance(61)
+    del world.store.succeed
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    outcomes = [a.outcome for a in await world.store.attempts(job.job_id)]
+    assert outcomes == [AttemptOutcome.ABANDONED, AttemptOutcome.SUCCEEDED]
