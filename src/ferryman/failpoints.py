@@ -53,4 +53,6 @@ class Failpoints:
         """Crash here with the configured probability."""
         probability = self.probabilities.get(name)
         if probability is not None and self.rng.random() < probability:
+            # One unbuffered line, so a chaos run can tell which point fired; then die.
+            os.write(2, f"ferryman: failpoint {name} hit, exiting\n".encode())
             os._exit(CRASH_EXIT_CODE)

@@ -62,6 +62,7 @@ def test_a_hit_exits_the_process_abruptly() -> None:
     )
     assert done.returncode == CRASH_EXIT_CODE
     assert done.stdout == b""  # no cleanup, no flush: like a power cut
+    assert done.stderr == b"ferryman: failpoint after_invoke hit, exiting\n"
 
 
 def test_probability_zero_never_fires() -> None:
