@@ -75,11 +75,17 @@ def close_attempt(
     *,
     now: float,
     report: AttemptReport,
-    query: str = JOBS["close_attempt"],
+    over_abandoned: bool = False,
 ) -> bool:
     cursor = conn.execute(
-        query,
-        {"job_id": job_id, "attempt_id": attempt_id, "ended_at": now, **report_params(report)},
+        JOBS["close_attempt"],
+        {
+            "job_id": job_id,
+            "attempt_id": attempt_id,
+            "ended_at": now,
+            "over_abandoned": over_abandoned,
+            **report_params(report),
+        },
     )
     return cursor.rowcount == 1
 
@@ -219,9 +225,7 @@ def finish(
 def end_attempt(
     conn: sqlite3.Connection, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
 ) -> None:
-    closed = close_attempt(
-        conn, job_id, attempt_id, now=now, report=report, query=JOBS["end_attempt"]
-    )
+    closed = close_attempt(conn, job_id, attempt_id, now=now, report=report, over_abandoned=True)
     if closed and report.outcome is AttemptOutcome.LEASE_LOST:
         add_event(conn, job_id, EventKind.LEASE_LOST, now=now, detail={"attempt_id": attempt_id})
 

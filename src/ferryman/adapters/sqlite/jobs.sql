@@ -67,19 +67,8 @@ VALUES (:job_id, :attempt_no, :attempt_id, :worker_id, :started_at);
 
 -- name: close_attempt
 -- Only an attempt with no outcome yet: an ended attempt keeps its first ending.
-UPDATE attempts SET
-    ended_at = :ended_at,
-    outcome = :outcome,
-    failure_class = :failure_class,
-    error_code = :error_code,
-    latency_ms = :latency_ms,
-    input_tokens = :input_tokens,
-    output_tokens = :output_tokens,
-    provider_request_id = :provider_request_id
-WHERE job_id = :job_id AND attempt_id = :attempt_id AND outcome IS NULL;
-
--- name: end_attempt
--- Also over an attempt a takeover marked abandoned: its worker survived and knows better.
+-- With :over_abandoned also one a takeover marked abandoned (its worker survived
+-- and knows better).
 UPDATE attempts SET
     ended_at = :ended_at,
     outcome = :outcome,
@@ -90,7 +79,7 @@ UPDATE attempts SET
     output_tokens = :output_tokens,
     provider_request_id = :provider_request_id
 WHERE job_id = :job_id AND attempt_id = :attempt_id
-  AND (outcome IS NULL OR outcome = 'abandoned');
+  AND (outcome IS NULL OR (:over_abandoned AND outcome = 'abandoned'));
 
 -- name: abandon_open_attempts
 UPDATE attempts SET ended_at = :ended_at, outcome = 'abandoned'
