@@ -98,9 +98,38 @@ class Settings(BaseSettings):
     # The API.
     idempotency_retention_seconds: float = Field(default=86400.0, gt=0)
     max_body_bytes: int = Field(default=262144, ge=1)
-    # Requests per second per tenant (0 turns the limit off), with bursts of tenant_burst.
+    # Submissions (and cancels) per second per tenant (0 turns the limit off), with bursts
+    # of tenant_burst; reads (get, list, events) have their own, larger budget.
     tenant_rate_per_second: float = Field(default=50.0, ge=0)
     tenant_burst: int = Field(default=100, ge=1)
+    tenant_read_rate_per_second: float = Field(default=200.0, ge=0)
+    tenant_read_burst: int = Field(default=400, ge=1)
+    # A list page stops adding jobs once their results add up to this many bytes.
+    list_max_bytes: int = Field(default=1_048_576, ge=1024)
+    # Slow or silent clients: how long a request's headers and body may take to arrive,
+    # how long an idle keep-alive connection stays open, and how many connections at once.
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
+    keepalive_timeout_seconds: float = Field(default=5.0, gt=0)
+    max_connections: int = Field(default=1024, ge=1)
+    # Per-tenant series on the unauthenticated /metrics would name every tenant.
+    metrics_tenant_labels: bool = False
+
+    # Tenants sharing workers and storage.
+    # The share of one worker process's slots that one tenant may hold at once.
+    tenant_max_share: float = Field(default=0.5, gt=0, le=1)
+    # Unfinished jobs one tenant may have (0: no limit); over it, submits get 429.
+    tenant_max_backlog: int = Field(default=100_000, ge=0)
+    # Jobs one tenant may have stored, finished or not (0: no limit); over it, 507.
+    tenant_max_stored_jobs: int = Field(default=0, ge=0)
+    # Finished jobs older than this are purged by the sweeper (unset: kept until
+    # `ferryman purge`).
+    retention_seconds: float | None = Field(default=None, gt=0)
+
+    # The simulated model: may a job's input script it (latency, failures)?
+    sim_scripts: bool = True
+    # How often a worker looks for cancel requests on the calls it runs.
+    cancel_check_seconds: float = Field(default=0.5, gt=0)
 
     # Operations.
     log_level: str = "INFO"

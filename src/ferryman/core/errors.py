@@ -6,8 +6,12 @@
     │   ├── IdempotencyKeyMismatchError same key, different request
     │   ├── InvalidIdempotencyKeyError  key not 1-255 printable ASCII
     │   ├── PayloadTooLargeError        body over the limit
-    │   ├── AuthenticationError         missing or unknown API key
-    │   └── ForbiddenError              a non-admin key on the operations API
+    │   ├── AuthenticationError         missing, unknown, revoked or expired API key
+    │   ├── ForbiddenError              a non-admin key on the operations API
+    │   ├── UnsupportedFieldError       a reserved field this version refuses
+    │   └── QuotaExceededError          a tenant's quota is used up
+    │       ├── BacklogQuotaExceededError    too many unfinished jobs
+    │       └── StorageQuotaExceededError    too many stored jobs
     ├── JobNotFoundError                no such job for this tenant
     ├── AlreadyTerminalError            cancel on a finished job
     ├── StateConflictError              a conditional write lost its condition
@@ -15,6 +19,8 @@
     │   └── StaleFenceError             the attempt no longer owns the job
     ├── PausedError                     intake paused by an operator
     ├── StoreUnavailableError           the store or queue cannot be reached
+    ├── ResultsUnavailableError         the result store cannot take a write now
+    ├── ResultUnreadableError           a stored result is missing or fails verification
     └── ProviderError                   a model call failed; carries a FailureClass
         ├── ThrottledError              THROTTLED (may carry retry_after_seconds)
         ├── ProviderTimeoutError        TRANSIENT
@@ -104,6 +110,30 @@ class ForbiddenError(RequestError):
     code = "forbidden"
 
 
+class UnsupportedFieldError(RequestError):
+    """This field is reserved and not supported by this version."""
+
+    code = "unsupported_field"
+
+
+class QuotaExceededError(RequestError):
+    """The tenant's quota is used up."""
+
+    code = "quota_exceeded"
+
+
+class BacklogQuotaExceededError(QuotaExceededError):
+    """The tenant has too many unfinished jobs; wait for some to finish."""
+
+    code = "backlog_quota_exceeded"
+
+
+class StorageQuotaExceededError(QuotaExceededError):
+    """The tenant has too many stored jobs; purge old ones or raise the quota."""
+
+    code = "storage_quota_exceeded"
+
+
 class JobNotFoundError(FerrymanError):
     """No such job."""
 
@@ -146,6 +176,18 @@ class StoreUnavailableError(FerrymanError):
     """The job store or queue cannot be reached."""
 
     code = "store_unavailable"
+
+
+class ResultsUnavailableError(FerrymanError):
+    """The result store cannot take a write right now."""
+
+    code = "results_unavailable"
+
+
+class ResultUnreadableError(FerrymanError):
+    """The job's stored result is missing or failed verification."""
+
+    code = "result_unreadable"
 
 
 class ProviderError(FerrymanError):

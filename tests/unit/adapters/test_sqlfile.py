@@ -6,8 +6,9 @@ import sqlite3
 
 import pytest
 
-from ferryman.adapters.sqlfile import Queries, parse_blocks, read_sql
+from ferryman.adapters.sqlfile import Queries, parse_blocks
 from ferryman.adapters.sqlite import sql
+from ferryman.adapters.sqlite.migrations import migrate
 
 
 def test_blocks_are_split_by_their_headers() -> None:
@@ -33,8 +34,8 @@ class _AnyParams(dict):  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("queries", [sql.JOBS, sql.QUEUE, sql.MISC], ids=["jobs", "queue", "misc"])
 def test_every_block_compiles_against_the_schema(queries: Queries) -> None:
-    conn = sqlite3.connect(":memory:")
-    conn.executescript(read_sql(sql.SQL_PACKAGE, "schema.sql"))
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
     assert len(queries) > 0
     for name, text in queries.items():
         try:

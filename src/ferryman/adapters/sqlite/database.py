@@ -10,23 +10,32 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ferryman.adapters.sqlfile import read_sql
-from ferryman.adapters.sqlite.sql import SQL_PACKAGE
+from ferryman.adapters.sqlite.migrations import migrate
 from ferryman.adapters.sqlite.wakeup import Wakeup
 from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable
 
 T = TypeVar("T")
 
 SYNCHRONOUS_MODES = frozenset({"FULL", "NORMAL", "EXTRA"})
+# Jobs hold customer data: the file and any directory made for it are the owner's only.
+# SQLite gives its -wal and -shm files the database file's permissions.
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
+
+
+class DatabaseMissingError(StoreUnavailableError):
+    """The database file does not exist."""
+
+    code = "database_missing"
 
 
 class SqliteDatabase:
@@ -59,15 +68,21 @@ class SqliteDatabase:
         synchronous: str = "FULL",
         busy_timeout_seconds: float = 10.0,
         max_batch: int = 256,
+        create: bool = True,
     ) -> SqliteDatabase:
-        """Open (creating directories and schema as needed) the database file."""
+        """Open the database file and bring its schema up to date.
+
+        With ``create`` (the default) a missing file and its directories are made,
+        readable by the owner only; without it a missing file is an error
+        (``DatabaseMissingError``), so a mistyped path is never a fresh empty database.
+        """
         mode = synchronous.upper()
         if mode not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
         target = Path(path)
         with translate_errors():
             writer, reader = await asyncio.to_thread(
-                _connect_pair, target, mode, busy_timeout_seconds
+                _connect_pair, target, mode, busy_timeout_seconds, create
             )
         return cls(target, writer, reader, max_batch=max_batch)
 
@@ -112,12 +127,13 @@ def _read_in_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection
 
 
 def _connect_pair(
-    path: Path, synchronous: str, busy_timeout_seconds: float
+    path: Path, synchronous: str, busy_timeout_seconds: float, create: bool
 ) -> tuple[sqlite3.Connection, sqlite3.Connection]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if str(path) != ":memory:":
+        _prepare_file(path, create=create)
     writer = _connect(path, synchronous, busy_timeout_seconds)
     try:
-        _apply_schema(writer)
+        migrate(writer)
         reader = _connect(path, synchronous, busy_timeout_seconds)
         reader.execute("PRAGMA query_only = ON")
     except BaseException:
@@ -144,27 +160,15 @@ def _connect(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlit
     return conn
 
 
-def _apply_schema(conn: sqlite3.Connection) -> None:
-    schema = read_sql(SQL_PACKAGE, "schema.sql")
-    # Two processes may open a fresh file at once: create under the write lock.
-    conn.execute("BEGIN IMMEDIATE")
+def _prepare_file(path: Path, *, create: bool) -> None:
+    """Make the file (owner-only) before SQLite does, or refuse a missing one."""
+    if path.exists():
+        return
+    if not create:
+        raise DatabaseMissingError(f"no database file at {path.resolve()}")
+    path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
     try:
-        for statement in _statements(schema):
-            conn.execute(statement)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _statements(script: str) -> list[str]:
-    statements: list[str] = []
-    current = ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--") and not current.strip():
-            continue
-        current += line
-        if sqlite3.complete_statement(current):
-            statements.append(current.strip())
-            current = ""
-    return statements
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return  # another process made it a moment ago
+    os.close(fd)

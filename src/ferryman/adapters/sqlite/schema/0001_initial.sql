@@ -1,5 +1,5 @@
--- The ferryman schema for SQLite. Applied by SqliteDatabase.open(); idempotent.
--- Times are epoch seconds (REAL). JSON columns hold TEXT.
+-- 0001: the first schema (ferryman 0.1). Times are epoch seconds (REAL); JSON columns hold TEXT.
+-- A database made before migrations existed holds exactly this and is recorded as at 0001.
 
 CREATE TABLE IF NOT EXISTS jobs (
     job_id               TEXT PRIMARY KEY,
