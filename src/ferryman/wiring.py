@@ -28,11 +28,14 @@ from ferryman.adapters.sqlite import (
 from ferryman.core.clock import SystemClock
 from ferryman.core.errors import FerrymanError
 from ferryman.core.ids import new_worker_id
+from ferryman.observability import metrics
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
-from ferryman.services.intake import Intake
+from ferryman.services.intake import Intake, TenantQuotas
 from ferryman.services.jobs import JobQueries
+from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
+from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
@@ -47,7 +50,6 @@ if TYPE_CHECKING:
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobStore
     from ferryman.tasks import TaskRegistry
 
 SQLITE_SCHEME = "sqlite://"
@@ -118,7 +120,7 @@ class Runtime:
 
     settings: Settings
     clock: Clock
-    store: JobStore
+    store: JobLedger
     queue: JobQueue
     results: ResultStore
     keys: ApiKeyStore
@@ -127,6 +129,7 @@ class Runtime:
     intake: Intake
     jobs: JobQueries
     operations: Operations
+    retention: Retention
     api_keys: ApiKeys
     database_path: str
     results_location: str
@@ -151,6 +154,9 @@ class Runtime:
             failpoints=s.failpoint_set(),
             shutdown_grace_seconds=s.shutdown_grace_seconds,
             receive_wait_seconds=s.receive_wait_seconds,
+            max_receives=s.max_receives,
+            tenant_max_share=s.tenant_max_share,
+            cancel_check_seconds=s.cancel_check_seconds,
         )
 
     def new_sweeper(self) -> Sweeper:
@@ -160,6 +166,8 @@ class Runtime:
             clock=self.clock,
             interval_seconds=self.settings.sweep_interval_seconds,
             stalled_after_seconds=self.settings.stalled_seconds,
+            retention=self.retention,
+            retention_seconds=self.settings.retention_seconds,
         )
 
 
@@ -187,13 +195,14 @@ async def open_runtime(settings: Settings, *, clock: Clock | None = None) -> Asy
 
 
 def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> Runtime:
-    store = SqliteJobStore(db)
+    metrics.configure(tenant_labels=settings.metrics_tenant_labels)
+    store = JobLedger(SqliteJobStore(db, clock=clock))
     queue = SqliteJobQueue(db, clock=clock, max_receives=settings.max_receives)
     results, results_location = _results_store(settings, db)
     keys = SqliteApiKeyStore(db)
     control = SqliteControlStore(db)
     tasks = builtin_tasks()
-    providers: list[ModelProvider] = [SimulatedProvider()]
+    providers: list[ModelProvider] = [SimulatedProvider(scripts=settings.sim_scripts)]
     return Runtime(
         settings=settings,
         clock=clock,
@@ -212,9 +221,15 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
             clock=clock,
             idempotency_retention_seconds=settings.idempotency_retention_seconds,
             providers=providers,
+            quotas=TenantQuotas(
+                max_backlog=settings.tenant_max_backlog,
+                max_stored_jobs=settings.tenant_max_stored_jobs,
+            ),
+            sim_scripts=settings.sim_scripts,
         ),
         jobs=JobQueries(store=store, results=results, clock=clock),
         operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        retention=Retention(store=store, clock=clock),
         api_keys=ApiKeys(keys=keys, clock=clock),
         database_path=path if path == ":memory:" else str(Path(path).resolve()),
         results_location=results_location,

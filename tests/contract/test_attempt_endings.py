@@ -24,7 +24,9 @@ async def _queued(engine, job_factory, **overrides):
 # --- end_attempt ------------------------------------------------------------------
 
 
-async def test_end_attempt_records_a_lost_lease_without_touching_the_job(engine, job_factory):
+async def test_end_attempt_records_a_lost_lease_without_touching_the_job(
+    engine, job_factory, facts
+):
     job_id = await _queued(engine, job_factory)
     claimed = await engine.claim(job_id, lease_seconds=60)
     engine.advance(61)
@@ -34,7 +36,7 @@ async def test_end_attempt_records_a_lost_lease_without_touching_the_job(engine,
         job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), report=LEASE_LOST
     )
 
-    assert await engine.store.get(job_id) == before
+    assert facts(await engine.store.get(job_id)) == facts(before)
     [attempt] = await engine.store.attempts(job_id)
     assert (attempt.outcome, attempt.ended_at, attempt.latency_ms) == (
         AttemptOutcome.LEASE_LOST,
@@ -44,7 +46,9 @@ async def test_end_attempt_records_a_lost_lease_without_touching_the_job(engine,
     assert (await engine.store.events(job_id))[-1].kind is EventKind.LEASE_LOST
 
 
-async def test_end_attempt_corrects_an_attempt_a_takeover_marked_abandoned(engine, job_factory):
+async def test_end_attempt_corrects_an_attempt_a_takeover_marked_abandoned(
+    engine, job_factory, facts
+):
     job_id = await _queued(engine, job_factory)
     first = await engine.claim(job_id, lease_seconds=60)
     engine.advance(61)
@@ -56,7 +60,7 @@ async def test_end_attempt_corrects_an_attempt_a_takeover_marked_abandoned(engin
         job_id, attempt_id=first.job.attempt_id, now=engine.now(), report=LEASE_LOST
     )
 
-    assert await engine.store.get(job_id) == before
+    assert facts(await engine.store.get(job_id)) == facts(before)
     old, new = await engine.store.attempts(job_id)
     assert (old.outcome, old.ended_at, old.latency_ms) == (
         AttemptOutcome.LEASE_LOST,
@@ -107,10 +111,15 @@ async def test_release_gives_the_job_back_at_once(engine, job_factory):
         job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), report=ABANDONED
     )
 
-    assert released is True
     job = await engine.store.get(job_id)
-    assert job.status is JobStatus.PROCESSING
-    assert job.lease_until < engine.now()
+    assert released == job
+    # It waits again, owned by nobody: the next claim is not a takeover.
+    assert (job.status, job.attempt_id, job.worker_id, job.lease_until) == (
+        JobStatus.QUEUED,
+        None,
+        None,
+        None,
+    )
     assert job.updated_at == engine.now()
     [attempt] = await engine.store.attempts(job_id)
     assert (attempt.outcome, attempt.ended_at, attempt.latency_ms) == (
@@ -122,6 +131,26 @@ async def test_release_gives_the_job_back_at_once(engine, job_factory):
     again = await engine.claim(job_id, worker_id="w2")
     assert again.claimed is True
     assert again.job.fence == 2
+    assert again.abandoned_attempt_id is None
+
+
+async def test_a_released_attempt_is_recorded_once(engine, job_factory):
+    """One event per fact: the RELEASED attempt is not abandoned again at the next claim."""
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id, lease_seconds=60)
+    await engine.store.release(
+        job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), report=ABANDONED
+    )
+    engine.advance(61)
+
+    await engine.claim(job_id, worker_id="w2")
+
+    kinds = [e.kind for e in await engine.store.events(job_id)]
+    assert kinds.count(EventKind.RELEASED) == 1
+    assert EventKind.ATTEMPT_ABANDONED not in kinds
+    first, _ = await engine.store.attempts(job_id)
+    assert first.outcome is AttemptOutcome.ABANDONED
+    assert (await engine.store.get(job_id)).deliveries_without_outcome == 0
 
 
 async def test_release_by_a_non_owner_is_refused(engine, job_factory):
@@ -138,5 +167,5 @@ async def test_release_by_a_non_owner_is_refused(engine, job_factory):
         job_id, attempt_id=stale, now=engine.now(), report=ABANDONED
     )
 
-    assert (expired, taken_over) == (False, False)
+    assert (expired, taken_over) == (None, None)
     assert await engine.store.get(job_id) == before == owner.job

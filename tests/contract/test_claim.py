@@ -27,7 +27,12 @@ async def test_claim_of_a_queued_job_starts_attempt_one(engine, job_factory):
     now = engine.now()
 
     result = await engine.store.claim(
-        job_id, attempt_id="att_1", worker_id="w1", now=now, lease_until=now + 60
+        job_id,
+        attempt_id="att_1",
+        worker_id="w1",
+        now=now,
+        lease_until=now + 60,
+        max_deliveries_without_outcome=10,
     )
 
     assert result.claimed is True
@@ -69,7 +74,8 @@ async def test_a_lease_is_live_up_to_and_including_lease_until(engine, job_facto
     )
 
     assert second.claimed is False
-    assert published is True
+    assert published is not None
+    assert published.status is JobStatus.SUCCEEDED
 
 
 async def test_an_expired_lease_is_taken_over_and_the_old_attempt_abandoned(engine, job_factory):
@@ -185,7 +191,8 @@ async def test_a_stale_attempt_can_change_nothing(engine, job_factory):
     ]
     lease = await engine.store.renew_lease(job_id, attempt_id=stale, now=now, lease_until=now + 600)
 
-    assert outcomes == [False, False, False, False]
+    # None: the stale attempt owns nothing, and nothing was written.
+    assert outcomes == [None, None, None, None]
     assert lease.held is False
     assert await engine.store.get(job_id) == owner.job
     assert await engine.store.attempts(job_id) == attempts_before
@@ -208,7 +215,7 @@ async def test_an_owner_whose_lease_expired_cannot_publish(engine, job_factory):
         job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), lease_until=engine.now() + 60
     )
 
-    assert published is False
+    assert published is None
     assert renewed.held is False
     job = await engine.store.get(job_id)
     assert job.status is JobStatus.PROCESSING
@@ -231,7 +238,7 @@ async def test_a_terminal_job_is_never_overwritten(engine, job_factory):
         job_id, attempt_id=attempt_id, now=now, error=TRANSIENT, report=FAILED
     )
 
-    assert (again, failed) == (False, False)
+    assert (again, failed) == (None, None)
     job = await engine.store.get(job_id)
     assert job == done
     assert job.status is JobStatus.SUCCEEDED

@@ -138,7 +138,9 @@ async def test_replay_restarts_a_failed_job_keeping_its_fence(engine, job_factor
     assert await engine.drain() == [job_id]
     engine.advance(100)
 
-    job = await engine.store.replay(job_id, now=engine.now(), actor="ops@t", reason="fixed")
+    job = await engine.store.replay(
+        job_id, now=engine.now(), actor="ops@t", reason="fixed", include_failed=True
+    )
 
     assert job.status is JobStatus.QUEUED
     assert (job.attempt_count, job.failure_count, job.invalid_output_count) == (0, 0, 0)
@@ -163,14 +165,38 @@ async def test_replay_restarts_a_failed_job_keeping_its_fence(engine, job_factor
     assert [a.attempt_no for a in await engine.store.attempts(job_id)] == [1, 2, 3]
 
 
-async def test_replay_restarts_a_cancelled_job(engine, job_factory):
+async def test_replay_by_default_takes_only_dead_lettered_jobs(engine, job_factory):
+    model_failed = await _failed(engine, job_factory)
+    before = await engine.store.get(model_failed)
+
+    with pytest.raises(IllegalTransitionError, match="dead-lettered"):
+        await engine.store.replay(model_failed, now=engine.now(), actor="ops", reason="x")
+    assert await engine.store.get(model_failed) == before
+
+    dead = await _queued(engine, job_factory)
+    error = JobError(code="dead_lettered", failure_class=FailureClass.DELIVERY, message="loop")
+    await engine.store.fail_unowned(
+        dead, now=engine.now(), error=error, kind=EventKind.DEAD_LETTERED, detail={}
+    )
+    replayed = await engine.store.replay(dead, now=engine.now(), actor="ops", reason="fixed")
+    assert replayed.status is JobStatus.QUEUED
+
+
+async def test_replay_never_restarts_a_job_its_client_cancelled(engine, job_factory):
     job_id = await _queued(engine, job_factory)
     await engine.store.request_cancel(job_id, tenant_id="t1", now=engine.now())
+    before = await engine.store.get(job_id)
 
-    job = await engine.store.replay(job_id, now=engine.now(), actor="ops", reason="oops")
-
-    assert job.status is JobStatus.QUEUED
-    assert job.cancel_requested is False
+    for include_failed in (False, True):
+        with pytest.raises(IllegalTransitionError, match="cancelled"):
+            await engine.store.replay(
+                job_id,
+                now=engine.now(),
+                actor="ops",
+                reason="oops",
+                include_failed=include_failed,
+            )
+    assert await engine.store.get(job_id) == before
 
 
 async def test_replay_refuses_a_succeeded_or_unknown_job(engine, job_factory):

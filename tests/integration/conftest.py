@@ -27,6 +27,7 @@ from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.intake import Intake
 from ferryman.services.jobs import JobQueries
+from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
@@ -71,7 +72,7 @@ class HttpStack:
 
     clock: FakeClock
     db: SqliteDatabase
-    store: SqliteJobStore
+    store: JobLedger
     queue: SqliteJobQueue
     results: SqliteResultStore
     control: SqliteControlStore
@@ -136,7 +137,7 @@ class HttpStack:
 async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
     clock = FakeClock()
     db = await SqliteDatabase.open(tmp_path / "ferryman.db", synchronous="NORMAL")
-    store = SqliteJobStore(db)
+    store = JobLedger(SqliteJobStore(db, clock=clock))
     queue = SqliteJobQueue(db, clock=clock, max_receives=HTTP_MAX_RECEIVES)
     results = SqliteResultStore(db)
     control = SqliteControlStore(db)

@@ -10,6 +10,7 @@ import pytest
 import structlog
 
 from ferryman.http.app import create_app
+from ferryman.observability import metrics
 from ferryman.observability.logging import configure_logging, get_logger
 
 if TYPE_CHECKING:
@@ -82,6 +83,24 @@ async def test_metrics_exposes_queue_and_job_series(
     assert 'ferryman_queue_depth{state="visible"} 2.0' in text
     assert 'ferryman_queue_depth{state="in_flight"} 0.0' in text
     assert "\nferryman_dead_letter_queue_depth 0.0" in text
+    # /metrics needs no key: by default no series names a tenant.
+    assert 'ferryman_jobs_accepted_total{task="generate",tenant=""}' in text
+    assert "acme" not in text
+
+
+async def test_per_tenant_series_are_an_operator_opt_in(
+    http_client: httpx.AsyncClient,
+    http_stack: HttpStack,
+    http_open_client: Callable[..., httpx.AsyncClient],
+) -> None:
+    metrics.configure(tenant_labels=True)
+    try:
+        await http_client.post(
+            "/v1/generations", json={"task": "generate", "input": {"prompt": "a"}}
+        )
+        text = (await http_open_client(http_stack.app()).get("/metrics")).text
+    finally:
+        metrics.configure(tenant_labels=False)
     assert 'ferryman_jobs_accepted_total{task="generate",tenant="acme"}' in text
 
 

@@ -202,10 +202,14 @@ class ProviderError(FerrymanError):
         *,
         retry_after_seconds: float | None = None,
         provider_request_id: str | None = None,
+        scripted: bool = False,
     ) -> None:
         super().__init__(message)
         self.retry_after_seconds = retry_after_seconds
         self.provider_request_id = provider_request_id
+        # Made up by a script the client controls (the sim's): it says nothing about the
+        # provider, so it must never steer a limiter that every tenant shares.
+        self.scripted = scripted
 
 
 class ThrottledError(ProviderError):

@@ -1,9 +1,9 @@
-"""The job, its attempts and events, and the only legal ways a job changes.
+"""The job, its attempts and events, and the only legal ways a job's fields change.
 
 Every transition is a pure function from a job (and the facts of the moment) to
-the next job, raising when the transition is not allowed. The in-memory adapter
-applies them directly; the SQL adapters encode the same conditions in their
-WHERE clauses, and the contract suite checks that both agree.
+the next job, raising when the transition is not allowed. Which events and attempt
+rows go with each transition is decided once, in ``core/changes.py``, which wraps
+these functions into the Change an engine persists.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ PAYLOAD_VERSION = 1
 """The message/payload layout this code writes and understands."""
 
 SUPPORTED_PAYLOAD_VERSIONS = frozenset({1})
-
-# A released lease ends just before "now", so a claim at the same instant succeeds.
-LEASE_RELEASE_MARGIN_SECONDS = 0.001
 
 
 class JobStatus(enum.StrEnum):
@@ -106,6 +103,15 @@ class Job:
     invalid_output_count: int = 0
     # +1 per claim, never reset: an attempt's number and its fencing token.
     fence: int = 0
+    # Claims that took over an attempt which never recorded an outcome (a crash, a lost
+    # lease), across re-sent messages; reset only by an operator's replay. Bounded by
+    # max_receives whatever the queue's own receive counts do.
+    deliveries_without_outcome: int = 0
+    # +1 on every change: an engine applies a change only if the revision it was computed
+    # from is still current (its one conditional-write primitive).
+    revision: int = 0
+    # The seq of the job's latest event, so a change numbers its events without a query.
+    event_seq: int = 0
     attempt_id: str | None = None
     worker_id: str | None = None
     lease_until: float | None = None
@@ -196,11 +202,13 @@ def _require_owner(job: Job, attempt_id: str, now: float) -> None:
 def claim(job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until: float) -> Job:
     if not is_claimable(job, now=now):
         raise IllegalTransitionError(f"job in {job.status} cannot be claimed now")
+    takeover = abandoned_attempt_id(job, now=now) is not None
     return dataclasses.replace(
         job,
         status=JobStatus.PROCESSING,
         fence=job.fence + 1,
         attempt_count=job.attempt_count + 1,
+        deliveries_without_outcome=job.deliveries_without_outcome + (1 if takeover else 0),
         attempt_id=attempt_id,
         worker_id=worker_id,
         lease_until=lease_until,
@@ -215,10 +223,18 @@ def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) ->
 
 
 def release(job: Job, *, attempt_id: str, now: float) -> Job:
-    """The owner gives the job back (graceful shutdown): its lease ends now, so the
-    next delivery can claim it at once instead of waiting for the lease to expire."""
+    """The owner gives the job back (graceful shutdown): it waits again, so the next
+    delivery claims it at once, and nothing is left for a takeover to abandon (the
+    owner already said how its attempt ended)."""
     _require_owner(job, attempt_id, now)
-    return dataclasses.replace(job, lease_until=now - LEASE_RELEASE_MARGIN_SECONDS, updated_at=now)
+    return dataclasses.replace(
+        job,
+        status=JobStatus.QUEUED,
+        attempt_id=None,
+        worker_id=None,
+        lease_until=None,
+        updated_at=now,
+    )
 
 
 def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
@@ -288,10 +304,14 @@ def fail_unowned(job: Job, *, now: float, error: JobError) -> Job:
 
 
 def request_cancel(job: Job, *, now: float) -> Job:
-    """Cancel a waiting job at once; ask the owner of a processing job to stop."""
+    """Cancel a waiting job at once; ask the owner of a processing job to stop.
+
+    Asking again changes nothing: the job is returned as it is."""
     if job.status.terminal:
         raise IllegalTransitionError(f"job is already {job.status}")
     if job.status is JobStatus.PROCESSING:
+        if job.cancel_requested:
+            return job
         return dataclasses.replace(job, cancel_requested=True, updated_at=now)
     return cancelled(job, now=now)
 
@@ -309,11 +329,29 @@ def cancelled(job: Job, *, now: float) -> Job:
     )
 
 
-def replay(job: Job, *, now: float) -> Job:
-    """An operator restarts a FAILED or CANCELLED job as a new attempt series."""
-    if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+DEAD_LETTERED_CODE = "dead_lettered"
+
+
+def is_dead_lettered(job: Job) -> bool:
+    """FAILED because its deliveries kept ending without an outcome (crash loop, poison)."""
+    return (
+        job.status is JobStatus.FAILED
+        and job.error is not None
+        and job.error.failure_class is FailureClass.DELIVERY
+    )
+
+
+def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
+    """An operator restarts a dead-lettered job (or, with ``include_failed``, any FAILED
+    job) as a new attempt series. A job its client cancelled is never replayed: the
+    client said it does not want the result."""
+    if job.status is JobStatus.CANCELLED:
+        raise IllegalTransitionError("a job its client cancelled is not replayed")
+    if job.status is not JobStatus.FAILED:
+        raise IllegalTransitionError(f"only FAILED jobs are replayed, not {job.status}")
+    if not (include_failed or is_dead_lettered(job)):
         raise IllegalTransitionError(
-            f"only FAILED or CANCELLED jobs are replayed, not {job.status}"
+            "only dead-lettered jobs are replayed unless other FAILED jobs are included"
         )
     return dataclasses.replace(
         job,
@@ -323,6 +361,7 @@ def replay(job: Job, *, now: float) -> Job:
         attempt_count=0,
         failure_count=0,
         invalid_output_count=0,
+        deliveries_without_outcome=0,
         attempt_id=None,
         worker_id=None,
         lease_until=None,

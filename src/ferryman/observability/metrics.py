@@ -1,12 +1,28 @@
 """Prometheus metrics, defined once for the process.
 
 Labels are bounded sets we control (task, model, tenant, status, failure class):
-never anything derived from a prompt or an output.
+never anything derived from a prompt or an output. ``/metrics`` needs no key, so by
+default no series names a tenant: the ``tenant`` label is empty unless an operator
+turns per-tenant series on (FERRYMAN_METRICS_TENANT_LABELS).
 """
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
+
+_tenant_labels = False
+
+
+def configure(*, tenant_labels: bool) -> None:
+    """Process-wide, like the registry the metrics live in."""
+    global _tenant_labels
+    _tenant_labels = tenant_labels
+
+
+def tenant_label(tenant_id: str) -> str:
+    """The value of a ``tenant`` label: the tenant only where per-tenant series are on."""
+    return tenant_id if _tenant_labels else ""
+
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 

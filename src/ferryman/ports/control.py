@@ -1,8 +1,13 @@
-"""ControlStore: operator switches (pause/resume) shared by every process."""
+"""ControlStore: operator switches (pause/resume) shared by every process, and the audit log.
+
+Every operator action that changes how the system behaves for others (pausing,
+resuming, replaying) leaves an audit record: who, when, what and why.
+"""
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -11,7 +16,34 @@ class Switch(enum.StrEnum):
     WORKERS = "workers"
 
 
+class AuditAction(enum.StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    REPLAY = "replay"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    at: float
+    actor: str
+    action: AuditAction
+    target: str  # the switch, or the job replayed
+    reason: str | None = None
+    # Assigned by the store, increasing: the cursor of the log.
+    record_id: int | None = None
+
+
 class ControlStore(Protocol):
     async def paused(self) -> frozenset[Switch]: ...
 
-    async def set_paused(self, switch: Switch, paused: bool, *, actor: str, now: float) -> None: ...
+    async def set_paused(
+        self, switch: Switch, paused: bool, *, actor: str, now: float, reason: str | None = None
+    ) -> None:
+        """Flip the switch and record it (PAUSE or RESUME) in the audit log, atomically."""
+        ...
+
+    async def record_audit(self, record: AuditRecord) -> None: ...
+
+    async def audit_log(self, *, limit: int, before: int | None = None) -> list[AuditRecord]:
+        """Newest first; ``before`` a record_id to page back from."""
+        ...

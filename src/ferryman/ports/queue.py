@@ -2,11 +2,20 @@
 
 A received message is hidden for its visibility timeout and then delivered again
 unless deleted. Each receive counts; a message received more than ``max_receives``
-times moves to the dead-letter queue instead of being delivered (redrive).
+times moves to the dead-letter queue instead of being delivered (redrive). A message
+no worker could ever read (its body is not a job message) moves there at once, with
+the reason, so it never blocks the messages behind it.
+
+Receives are fair between tenants: visible messages are taken round-robin across
+tenants, the tenant with the fewest deliveries in flight first, each tenant's in
+the order they became visible (so a retry that comes due goes behind work that was
+waiting before it, not back to the head of the line), and never more for a tenant
+than the receiver's ``TenantBudget`` allows.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -14,6 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 from ferryman.core.job import PAYLOAD_VERSION
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ferryman.core.job import Job
 
 
@@ -51,16 +62,32 @@ class QueueMessage:
 
     @classmethod
     def from_body(cls, body: str) -> QueueMessage:
-        """Raises ValueError on a body that is not a job message."""
-        data = json.loads(body)
-        if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
-            raise ValueError("not a job message")
+        """Raises ValueError on a body that is not a job message.
+
+        A body with an unknown payload_version still decodes: whether a worker
+        understands it is the worker's question (it leaves it for one that does)."""
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError("not JSON") from exc
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        job_id, tenant_id, version = (
+            data.get("job_id"),
+            data.get("tenant_id", ""),
+            data.get("payload_version", 0),
+        )
+        if not isinstance(job_id, str) or not job_id or not isinstance(tenant_id, str):
+            raise ValueError("no job_id or tenant_id")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ValueError("payload_version is not an integer")
+        traceparent, correlation_id = data.get("traceparent"), data.get("correlation_id")
         return cls(
-            job_id=data["job_id"],
-            tenant_id=str(data.get("tenant_id", "")),
-            payload_version=int(data.get("payload_version", 0)),
-            traceparent=data.get("traceparent"),
-            correlation_id=data.get("correlation_id"),
+            job_id=job_id,
+            tenant_id=tenant_id,
+            payload_version=version,
+            traceparent=traceparent if isinstance(traceparent, str) else None,
+            correlation_id=correlation_id if isinstance(correlation_id, str) else None,
         )
 
 
@@ -74,12 +101,36 @@ class Delivery:
     sent_at: float
 
 
+class DeadLetterReason(enum.StrEnum):
+    MAX_RECEIVES = "max_receives"  # received too often without being deleted
+    UNDECODABLE = "undecodable"  # no worker can ever read it
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     dead_letter_id: str
     message: QueueMessage
     receive_count: int
     dead_lettered_at: float
+    reason: DeadLetterReason = DeadLetterReason.MAX_RECEIVES
+
+
+@dataclass(frozen=True, slots=True)
+class TenantBudget:
+    """How many deliveries one receiver lets each tenant hold at once.
+
+    ``in_flight`` is the receiver's live count per tenant (read at every look, so a
+    slot freed while a receive waits is seen at once).
+    """
+
+    max_per_tenant: int
+    in_flight: Mapping[str, int]
+
+    def allowance(self, tenant_id: str) -> int:
+        return max(0, self.max_per_tenant - self.in_flight.get(tenant_id, 0))
+
+    def held(self, tenant_id: str) -> int:
+        return self.in_flight.get(tenant_id, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +145,16 @@ class JobQueue(Protocol):
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None: ...
 
     async def receive(
-        self, *, max_messages: int, visibility_timeout_seconds: float, wait_seconds: float = 0.0
+        self,
+        *,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        wait_seconds: float = 0.0,
+        budget: TenantBudget | None = None,
     ) -> list[Delivery]:
-        """Up to max_messages visible messages, oldest first, each hidden for the
-        timeout and its receive count raised. Waits up to wait_seconds for one."""
+        """Up to max_messages visible messages, fairly across tenants (module docstring),
+        each hidden for the timeout and its receive count raised. Waits up to
+        wait_seconds for one."""
         ...
 
     async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
@@ -109,7 +166,10 @@ class JobQueue(Protocol):
         """Acknowledge. Deleting an already deleted message is not an error."""
         ...
 
-    async def receive_dead_letters(self, *, max_messages: int) -> list[DeadLetter]: ...
+    async def receive_dead_letters(self, *, max_messages: int) -> list[DeadLetter]:
+        """The oldest dead letters of job messages (an undecodable one stays in the
+        dead-letter queue for an operator: it names no job to fail)."""
+        ...
 
     async def delete_dead_letter(self, dead_letter_id: str) -> None: ...
 

@@ -1,18 +1,26 @@
 """JobStore: the durable record of jobs, their attempts and events.
 
-Every method that changes a job is one conditional write in the engine (a
-transaction, a ``WHERE`` clause, a ``ConditionExpression``). The conditions are
-the ones in ``ferryman.core.job``; the contract suite holds every engine to them.
+An engine provides one write primitive, ``apply(change)``: persist a
+``core.changes.Change`` (the job row, its events, the attempt rows it opens or
+closes, and where the engine can, the job's queue message) in one transaction, if
+and only if the stored job still has ``change.expected_revision``. Which change a
+transition makes is decided in core, never here; services/ledger.py reads, asks
+core and applies, recomputing when the revision moved. ``create`` is the same with
+an idempotency check instead of a revision.
+
 Times are epoch seconds passed in by the caller, so the caller's clock decides.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ferryman.core.job import Attempt, AttemptReport, Event, EventKind, Job, JobError, JobStatus
+    from collections.abc import Collection
+
+    from ferryman.core.changes import Change
+    from ferryman.core.job import Attempt, Event, Job, JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,47 +32,35 @@ class Accepted:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimResult:
-    """The job after a claim that succeeded, or as found when the claim's condition failed."""
-
-    job: Job
-    claimed: bool
-    # The attempt whose expired lease this claim took over (recorded as abandoned).
-    abandoned_attempt_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseStatus:
-    held: bool
-    cancel_requested: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class JobPage:
     jobs: list[Job]
     next_cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """What a tenant holds now: unfinished jobs (its backlog) and stored jobs."""
+
+    unfinished: int
+    stored: int
+
+
 class JobStore(Protocol):
-    # True when create() and replay() write the job's queue message in the same
-    # transaction as the job (the SQL engines); intake then skips the outbox path.
+    # True when apply() writes the job's queue message for a change with ``enqueue``
+    # in the same transaction (the SQL engines); intake then skips the outbox path.
     @property
     def enqueues_with_job(self) -> bool: ...
 
-    async def create(
-        self, job: Job, *, idempotency_expires_at: float | None, now: float
-    ) -> Accepted:
-        """Store a new job (status QUEUED) and its ACCEPTED event, atomically with its
-        idempotency entry. With a live entry for (tenant, key): same request_hash
-        returns the existing job (created=False); another hash raises
-        IdempotencyKeyMismatchError and stores nothing. An expired entry is replaced.
-        When ``enqueues_with_job``, also writes the queue message and stores the job
-        DISPATCHED (with a DISPATCHED event) in the same transaction."""
+    async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
+        """Store a new job (``change.before`` is None) atomically with its idempotency
+        entry. With a live entry for (tenant, key): the same request_hash returns the
+        existing job (created=False); another hash raises IdempotencyKeyMismatchError
+        and stores nothing. An expired entry is replaced. None: the entry never expires."""
         ...
 
-    async def mark_dispatched(self, job_id: str, *, now: float) -> None:
-        """The job's message was (re)sent now: dispatch_state DISPATCHED, updated_at = now
-        (so stalled() does not offer the job again until it has stalled anew)."""
+    async def apply(self, change: Change) -> bool:
+        """Persist the change if the job's revision is still ``change.expected_revision``.
+        False, with nothing written, when it is not (or the job is gone)."""
         ...
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
@@ -84,90 +80,6 @@ class JobStore(Protocol):
         """Newest first (by job_id, a ULID). tenant_id None lists every tenant (operators)."""
         ...
 
-    async def claim(
-        self, job_id: str, *, attempt_id: str, worker_id: str, now: float, lease_until: float
-    ) -> ClaimResult:
-        """Claim when core.job.is_claimable holds: PROCESSING, fence+1, attempt_count+1,
-        the new attempt row and a CLAIMED event; a taken-over attempt is closed as
-        abandoned (with an ATTEMPT_ABANDONED event)."""
-        ...
-
-    async def renew_lease(
-        self, job_id: str, *, attempt_id: str, now: float, lease_until: float
-    ) -> LeaseStatus:
-        """Extend the lease if the attempt still owns the job (core.job.is_owned_by)."""
-        ...
-
-    async def succeed(
-        self, job_id: str, *, attempt_id: str, now: float, result_ref: str, report: AttemptReport
-    ) -> bool:
-        """Publish: SUCCEEDED + result_ref only if the attempt owns the job. False: not published."""
-        ...
-
-    async def schedule_retry(
-        self,
-        job_id: str,
-        *,
-        attempt_id: str,
-        now: float,
-        not_before: float,
-        error: JobError,
-        report: AttemptReport,
-    ) -> bool:
-        """RETRY_SCHEDULED until not_before, only if the attempt owns the job."""
-        ...
-
-    async def fail(
-        self, job_id: str, *, attempt_id: str, now: float, error: JobError, report: AttemptReport
-    ) -> bool:
-        """FAILED with error, only if the attempt owns the job."""
-        ...
-
-    async def finish_cancelled(
-        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
-    ) -> bool:
-        """The owning attempt honours a cancel request: CANCELLED."""
-        ...
-
-    async def release(
-        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
-    ) -> bool:
-        """core.job.release: the owner gives the job back (graceful shutdown). The
-        attempt is closed with the report (outcome abandoned) and a RELEASED event is
-        appended. False when the attempt no longer owns the job."""
-        ...
-
-    async def end_attempt(
-        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
-    ) -> None:
-        """Record how an attempt ended without changing the job (lease lost: its result
-        is discarded). Only an attempt with no outcome yet, or one a takeover marked
-        abandoned (the worker survived and knows better), is updated."""
-        ...
-
-    async def request_cancel(self, job_id: str, *, tenant_id: str, now: float) -> Job:
-        """core.job.request_cancel. Raises JobNotFoundError, AlreadyTerminalError."""
-        ...
-
-    async def fail_unowned(
-        self, job_id: str, *, now: float, error: JobError, kind: EventKind, detail: dict[str, Any]
-    ) -> Job | None:
-        """core.job.fail_unowned, closing any open attempt as abandoned; records an
-        event of ``kind``. None when the condition failed (terminal, or live owner)."""
-        ...
-
-    async def replay(self, job_id: str, *, now: float, actor: str, reason: str) -> Job:
-        """core.job.replay plus a REPLAYED event {actor, reason}; the job comes back
-        with dispatch_state PENDING (the caller sends its message and marks it
-        dispatched) or, with ``enqueues_with_job``, DISPATCHED with its message
-        enqueued in the same transaction.
-        Raises JobNotFoundError, IllegalTransitionError."""
-        ...
-
-    async def record_event(
-        self, job_id: str, kind: EventKind, *, now: float, detail: dict[str, Any] | None = None
-    ) -> None: ...
-
     async def events(self, job_id: str) -> list[Event]:
         """In seq order (1, 2, ...)."""
         ...
@@ -183,6 +95,26 @@ class JobStore(Protocol):
         RETRY_SCHEDULED with not_before before now - older_than."""
         ...
 
-    async def ping(self) -> None:
-        """Raise StoreUnavailableError when the store cannot be reached."""
+    async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
+        """Which of these jobs have a cancel request (one cheap read for many calls)."""
+        ...
+
+    async def usage(self, tenant_id: str) -> TenantUsage: ...
+
+    async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
+        """Delete up to ``limit`` finished jobs completed before the time, with their
+        events, attempts and idempotency entries, in one transaction; their ids."""
+        ...
+
+    async def purge_expired_keys(self, *, now: float, limit: int) -> int:
+        """Delete up to ``limit`` expired idempotency entries; how many."""
+        ...
+
+    async def existing(self, job_ids: Collection[str]) -> set[str]:
+        """Which of these jobs still exist."""
+        ...
+
+    async def ping(self, *, write: bool = False) -> None:
+        """Raise StoreUnavailableError when the store cannot be read (or, with
+        ``write``, cannot take a durable write now)."""
         ...

@@ -76,8 +76,11 @@ SleepFunction = Callable[[float], Awaitable[None]]
 class SimulatedProvider:
     """The ``sim`` model. ``sleep`` is injectable so tests never wait."""
 
-    def __init__(self, *, sleep: SleepFunction = asyncio.sleep) -> None:
+    def __init__(self, *, sleep: SleepFunction = asyncio.sleep, scripts: bool = True) -> None:
         self._sleep = sleep
+        # Off (FERRYMAN_SIM_SCRIPTS=false): intake refuses scripts, and a job stored
+        # while they were on runs unscripted rather than as its client asked.
+        self._scripts = scripts
 
     @property
     def name(self) -> str:
@@ -87,7 +90,7 @@ class SimulatedProvider:
         return model == SIM_MODEL
 
     async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
-        script = _Script.from_extras(request.extras)
+        script = _Script.from_extras(request.extras) if self._scripts else _Script()
         entry = script.entry(request.attempt_no)
         request_id = f"sim-{uuid.uuid4().hex}"
         if entry == "timeout" or script.latency_seconds >= timeout_seconds:
@@ -95,6 +98,7 @@ class SimulatedProvider:
             raise ProviderTimeoutError(
                 "the simulated model did not answer within the timeout",
                 provider_request_id=request_id,
+                scripted=True,  # only a script makes the sim slow
             )
         if script.latency_seconds > 0:
             await self._sleep(script.latency_seconds)
@@ -114,10 +118,13 @@ def _answer(request: ModelRequest, entry: str, script: _Script, request_id: str)
             "the simulated model is throttling (scripted)",
             retry_after_seconds=script.retry_after_seconds,
             provider_request_id=request_id,
+            scripted=True,
         )
     failure = _FAILURES.get(entry)
     if failure is not None:
-        raise failure(f"simulated {entry} (scripted)", provider_request_id=request_id)
+        raise failure(
+            f"simulated {entry} (scripted)", provider_request_id=request_id, scripted=True
+        )
     if entry not in _ANSWERS:
         raise ProviderBadRequestError(
             "unknown simulate script entry", provider_request_id=request_id

@@ -1,9 +1,13 @@
 """Running one attempt's model call while its heartbeat keeps the claim alive.
 
-The heartbeat renews the job lease (conditional on the attempt id) and the
-message's visibility. If the lease is lost, the job's owner asks for
-cancellation, or the worker is shutting down, the call is cancelled and the
-result says why, so the caller records the right outcome.
+While an attempt is attended (``AttemptRunner.attending``), a heartbeat renews the
+job lease (conditional on the attempt) and the message's visibility, from the claim
+until the attempt's outcome is about to be written, result storage included. The
+call is interrupted when the lease is lost, when the worker shuts down, or when the
+job's client asks for a cancel: the heartbeat sees that too, but the worker's
+cancel watcher (``watch_cancellations``) looks for cancel requests on every running
+call at once, every ``cancel_check_seconds``, so a cancel lands within about a
+second rather than at the next heartbeat.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -29,34 +33,58 @@ from ferryman.observability import metrics
 from ferryman.services.gate import ProviderGate
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from ferryman.core.clock import Clock
     from ferryman.core.job import Job
     from ferryman.core.lease import LeasePolicy
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import Delivery, JobQueue
-    from ferryman.ports.store import JobStore, LeaseStatus
+    from ferryman.services.ledger import JobLedger, LeaseStatus
     from ferryman.tasks import TaskDefinition, TaskRegistry
 
 log = structlog.get_logger("ferryman.worker")
 
 
 @dataclass(slots=True)
-class CallResult:
-    output: dict[str, Any] | None = None
-    error: ProviderError | None = None
+class RunningAttempt:
+    """One claimed attempt: the job as this attempt last wrote it, and why it stopped."""
+
+    job: Job
+    delivery: Delivery
     lease_lost: bool = False
     cancel_requested: bool = False
     released: bool = False
-    latency_ms: int | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    provider_request_id: str | None = None
+    _call: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def attempt_id(self) -> str:
+        assert self.job.attempt_id is not None
+        return self.job.attempt_id
 
     @property
     def interrupted(self) -> bool:
         return self.lease_lost or self.cancel_requested or self.released
+
+    @property
+    def holds_lease(self) -> bool:
+        """Still worth writing for: the job is ours and we are not giving it back."""
+        return not (self.lease_lost or self.released)
+
+    def interrupt(self) -> None:
+        """Stop the model call if it is still running (a no-op once it returned)."""
+        if self._call is not None and not self._call.done():
+            self._call.cancel()
+
+
+@dataclass(slots=True)
+class CallResult:
+    output: dict[str, Any] | None = None
+    error: ProviderError | None = None
+    latency_ms: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    provider_request_id: str | None = None
 
     def report(self, outcome: AttemptOutcome) -> AttemptReport:
         error = self.error if outcome in (AttemptOutcome.RETRY, AttemptOutcome.FAILED) else None
@@ -81,7 +109,7 @@ class AttemptRunner:
     def __init__(
         self,
         *,
-        store: JobStore,
+        store: JobLedger,
         queue: JobQueue,
         providers: Sequence[ModelProvider],
         tasks: TaskRegistry,
@@ -99,13 +127,37 @@ class AttemptRunner:
         self._timeouts = timeouts
         self._gates = {p.name: ProviderGate(gate_size) for p in self._providers}
         self._releasing = asyncio.Event()
+        # Attended attempts by job id: what the cancel watcher looks at.
+        self._attended: dict[str, RunningAttempt] = {}
 
     def release_all(self) -> None:
-        """Interrupt every running attempt so it gives its job back (shutdown)."""
+        """Interrupt every attended attempt so it gives its job back (shutdown)."""
         self._releasing.set()
+        for attempt in list(self._attended.values()):
+            attempt.released = True
+            attempt.interrupt()
 
-    async def run(self, job: Job, delivery: Delivery) -> CallResult:
+    @contextlib.asynccontextmanager
+    async def attending(self, attempt: RunningAttempt) -> AsyncIterator[RunningAttempt]:
+        """Heartbeat for the attempt (and watch it for cancels) until the block ends."""
+        self._attended[attempt.job.job_id] = attempt
+        if self._releasing.is_set():
+            attempt.released = True
+        heartbeat = asyncio.create_task(self._heartbeat(attempt))
+        try:
+            yield attempt
+        finally:
+            self._attended.pop(attempt.job.job_id, None)
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def call(self, attempt: RunningAttempt) -> CallResult:
+        """Invoke the model for the attempt; interrupted calls leave the result empty."""
         result = CallResult()
+        if attempt.interrupted:
+            return result
+        job = attempt.job
         try:
             task = self._tasks.get(job.task)
             provider = self._provider_for(job.model)
@@ -118,20 +170,36 @@ class AttemptRunner:
         except ProviderError as exc:
             result.error = exc
             return result
-        call = asyncio.create_task(self._call(provider, task, request, result))
-        heartbeat = asyncio.create_task(self._heartbeat(job, delivery, call, result))
+        attempt._call = asyncio.create_task(self._call(provider, task, request, result))
         try:
-            await call
+            await attempt._call
         except asyncio.CancelledError:
-            if not result.interrupted:
-                raise  # we are being cancelled ourselves, not interrupted by the heartbeat
+            if not attempt.interrupted:
+                raise  # we are being cancelled ourselves, not interrupted
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-            if not call.done():
-                call.cancel()
+            attempt._call = None
         return result
+
+    async def watch_cancellations(self, stop: asyncio.Event, *, interval_seconds: float) -> None:
+        """Interrupt attended calls whose job's client asked for a cancel: one batched
+        read for every running call, every interval."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval_seconds):
+                    await stop.wait()
+            running = list(self._attended)
+            if not running:
+                continue
+            try:
+                requested = await self._store.cancel_requested(running)
+            except Exception as exc:  # noqa: BLE001 - the heartbeat still carries cancels
+                log.warning("cancel_check.failed", error_type=type(exc).__name__)
+                continue
+            for job_id in requested:
+                attempt = self._attended.get(job_id)
+                if attempt is not None and not attempt.cancel_requested:
+                    attempt.cancel_requested = True
+                    attempt.interrupt()
 
     def _provider_for(self, model: str) -> ModelProvider:
         for provider in self._providers:
@@ -156,7 +224,8 @@ class AttemptRunner:
                 result.error = exc
                 if isinstance(exc, ThrottledError):
                     metrics.THROTTLES.labels(model=request.model).inc()
-                await gate.record(throttled=isinstance(exc, ThrottledError))
+                if not exc.scripted:  # a client's script never steers the shared window
+                    await gate.record(throttled=isinstance(exc, ThrottledError))
                 return
             finally:
                 elapsed = time.perf_counter() - started
@@ -194,45 +263,46 @@ class AttemptRunner:
         metrics.TOKENS.labels(model=model, direction="input").inc(response.input_tokens)
         metrics.TOKENS.labels(model=model, direction="output").inc(response.output_tokens)
 
-    async def _beat(self, job: Job, delivery: Delivery) -> LeaseStatus | None:
+    async def _beat(self, attempt: RunningAttempt) -> LeaseStatus | None:
         """Renew the lease and the message's visibility; None when the store failed."""
-        assert job.attempt_id is not None
         now = self._clock.now()
         try:
             status = await self._store.renew_lease(
-                job.job_id,
-                attempt_id=job.attempt_id,
+                attempt.job.job_id,
+                attempt_id=attempt.attempt_id,
                 now=now,
                 lease_until=self._lease.lease_until(now),
+                known=attempt.job,
             )
             await self._queue.change_visibility(
-                delivery.receipt, timeout_seconds=self._lease.visibility_timeout_seconds
+                attempt.delivery.receipt, timeout_seconds=self._lease.visibility_timeout_seconds
             )
         except Exception as exc:  # noqa: BLE001 - one missed beat must not kill a paid-for call
             log.warning(
-                "heartbeat.failed", job_id=job.job_id, error_type=type(exc).__name__, error=str(exc)
+                "heartbeat.failed", job_id=attempt.job.job_id, error_type=type(exc).__name__
             )
             return None
         return status
 
-    async def _heartbeat(
-        self, job: Job, delivery: Delivery, call: asyncio.Task[None], result: CallResult
-    ) -> None:
-        assert job.attempt_id is not None
+    async def _heartbeat(self, attempt: RunningAttempt) -> None:
         interval = self._lease.heartbeat_seconds
-        while not call.done():
+        while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._releasing.wait()
             if self._releasing.is_set():
-                result.released = True
-                call.cancel()
+                attempt.released = True
+                attempt.interrupt()
                 return
-            status = await self._beat(job, delivery)
+            status = await self._beat(attempt)
             if status is None:
                 continue  # the store did not answer: the lease has two more beats of slack
-            if not status.held or status.cancel_requested:
-                result.lease_lost = not status.held
-                result.cancel_requested = status.held and status.cancel_requested
-                call.cancel()
+            if not status.held:
+                attempt.lease_lost = True
+                attempt.interrupt()
                 return
+            if status.job is not None:
+                attempt.job = status.job
+            if status.cancel_requested and not attempt.cancel_requested:
+                attempt.cancel_requested = True
+                attempt.interrupt()

@@ -28,6 +28,7 @@ from ferryman.core.job import (
 )
 from ferryman.core.retry import decide
 from ferryman.observability import metrics
+from ferryman.services.attempt import RunningAttempt
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
     from ferryman.failpoints import Failpoints
     from ferryman.ports.queue import Delivery, JobQueue
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobStore
     from ferryman.services.attempt import AttemptRunner, CallResult
+    from ferryman.services.ledger import JobLedger
 
 log = structlog.get_logger("ferryman.worker")
 
@@ -55,6 +56,7 @@ class Verdict(enum.StrEnum):
     SUCCEEDED = "succeeded"
     RETRY_SCHEDULED = "retry_scheduled"
     FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"
     LEASE_LOST = "lease_lost"
     RELEASED = "released"
@@ -62,18 +64,28 @@ class Verdict(enum.StrEnum):
     DEFERRED = "deferred"
 
 
+_VERDICTS = {
+    JobStatus.SUCCEEDED: Verdict.SUCCEEDED,
+    JobStatus.RETRY_SCHEDULED: Verdict.RETRY_SCHEDULED,
+    JobStatus.FAILED: Verdict.FAILED,
+    JobStatus.CANCELLED: Verdict.CANCELLED,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class DeliverySettings:
     lease: LeasePolicy
     retry: RetryPolicy
     worker_id: str
+    # Deliveries of one job that may end without an outcome before it is dead-lettered.
+    max_receives: int = 10
 
 
 class DeliveryHandler:
     def __init__(
         self,
         *,
-        store: JobStore,
+        store: JobLedger,
         queue: JobQueue,
         results: ResultStore,
         runner: AttemptRunner,
@@ -110,32 +122,49 @@ class DeliveryHandler:
 
     async def _claim_and_run(self, delivery: Delivery, job: Job) -> Verdict:
         now = self._clock.now()
-        attempt_id = new_attempt_id()
         claim = await self._store.claim(
             job.job_id,
-            attempt_id=attempt_id,
+            attempt_id=new_attempt_id(),
             worker_id=self._settings.worker_id,
             now=now,
             lease_until=self._settings.lease.lease_until(now),
+            max_deliveries_without_outcome=self._settings.max_receives,
+            known=job,
         )
-        if not claim.claimed:
-            return await self._not_claimed(delivery, claim.job)
         if claim.abandoned_attempt_id is not None:
             metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.ABANDONED).inc()
+        if claim.dead_lettered:
+            return await self._dead_lettered(delivery, claim.job)
+        if not claim.claimed:
+            return await self._not_claimed(delivery, claim.job)
         self._failpoints.hit("after_claim")
-        job = claim.job
+        attempt = RunningAttempt(job=claim.job, delivery=delivery)
         bound = log.bind(
             job_id=job.job_id,
             tenant_id=job.tenant_id,
             correlation_id=job.correlation_id,
-            attempt=job.fence,
+            attempt=claim.job.fence,
         )
         bound.debug("attempt.started")
-        result = await self._runner.run(job, delivery)
-        self._failpoints.hit("after_invoke")
-        verdict = await self._conclude(delivery, job, result)
+        async with self._runner.attending(attempt):
+            result = await self._runner.call(attempt)
+            self._failpoints.hit("after_invoke")
+            ref = await self._store_result(attempt, result)
+        verdict = await self._conclude(attempt, result, ref)
         bound.info("attempt.ended", verdict=str(verdict), latency_ms=result.latency_ms)
         return verdict
+
+    async def _store_result(self, attempt: RunningAttempt, result: CallResult) -> str | None:
+        """Keep a paid-for output, while the heartbeat still holds the job."""
+        if result.output is None or result.error is not None or attempt.interrupted:
+            return None
+        job = attempt.job
+        data = json.dumps(result.output, separators=(",", ":"), ensure_ascii=False).encode()
+        # Attempt-specific, so a late attempt can never overwrite the published result.
+        key = f"{job.tenant_id}/{job.job_id}.{attempt.attempt_id}.json"
+        ref = await self._persistently(lambda: self._results.put(key, data))
+        self._failpoints.hit("after_result_put")
+        return ref
 
     async def _not_claimed(self, delivery: Delivery, job: Job) -> Verdict:
         """Another attempt owns the job (or it just finished): never invoke twice."""
@@ -152,47 +181,43 @@ class DeliveryHandler:
         await self._hide(delivery, delay)
         return Verdict.DEFERRED
 
-    async def _conclude(self, delivery: Delivery, job: Job, result: CallResult) -> Verdict:
-        if result.released:
-            return await self._release(delivery, job, result)
-        if result.lease_lost:
-            return await self._lease_lost(job, result)
-        if result.cancel_requested:
-            return await self._cancelled(delivery, job, result)
+    async def _conclude(
+        self, attempt: RunningAttempt, result: CallResult, ref: str | None
+    ) -> Verdict:
+        if attempt.released:
+            return await self._release(attempt, result)
+        if attempt.lease_lost:
+            return await self._lease_lost(attempt, result)
+        if attempt.cancel_requested:
+            return await self._cancelled(attempt, result)
         if result.error is not None:
-            return await self._failed(delivery, job, result, result.error)
-        return await self._publish(delivery, job, result)
+            return await self._failed(attempt, result, result.error)
+        if ref is None:  # the output could not be kept while the job was ours
+            return await self._lease_lost(attempt, result)
+        return await self._publish(attempt, result, ref)
 
-    async def _publish(self, delivery: Delivery, job: Job, result: CallResult) -> Verdict:
-        assert job.attempt_id is not None
-        data = json.dumps(result.output, separators=(",", ":"), ensure_ascii=False).encode()
-        # Attempt-specific, so a late attempt can never overwrite the published result.
-        key = f"{job.tenant_id}/{job.job_id}.{job.attempt_id}.json"
-        ref = await self._persistently(lambda: self._results.put(key, data))
-        self._failpoints.hit("after_result_put")
-        attempt_id = job.attempt_id
-        published = await self._persistently(
+    async def _publish(self, attempt: RunningAttempt, result: CallResult, ref: str) -> Verdict:
+        """SUCCEEDED, or CANCELLED if a cancel was requested meanwhile (it wins)."""
+        after = await self._persistently(
             lambda: self._store.succeed(
-                job.job_id,
-                attempt_id=attempt_id,
+                attempt.job.job_id,
+                attempt_id=attempt.attempt_id,
                 now=self._clock.now(),
                 result_ref=ref,
                 report=result.report(AttemptOutcome.SUCCEEDED),
+                known=attempt.job,
             )
         )
-        if not published:
+        if after is None:
             # Not ours any more: this result stays unreferenced (the key is ours alone).
-            return await self._lease_lost(job, result)
+            return await self._lease_lost(attempt, result)
         self._failpoints.hit("after_publish")
-        self._count_terminal(job, JobStatus.SUCCEEDED, None)
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.SUCCEEDED).inc()
-        await self._ack(delivery)
-        return Verdict.SUCCEEDED
+        return await self._ended(attempt, after)
 
     async def _failed(
-        self, delivery: Delivery, job: Job, result: CallResult, error: ProviderError
+        self, attempt: RunningAttempt, result: CallResult, error: ProviderError
     ) -> Verdict:
-        assert job.attempt_id is not None
+        job = attempt.job
         klass = error.failure_class
         invalid = klass is FailureClass.INVALID_OUTPUT
         decision = decide(
@@ -205,85 +230,92 @@ class DeliveryHandler:
         now = self._clock.now()
         if decision.retry:
             job_error = JobError(code=error.code, failure_class=klass, message=error.message)
-            attempt_id = job.attempt_id
-            scheduled = await self._persistently(
+            after = await self._persistently(
                 lambda: self._store.schedule_retry(
                     job.job_id,
-                    attempt_id=attempt_id,
+                    attempt_id=attempt.attempt_id,
                     now=now,
                     not_before=now + decision.delay_seconds,
                     error=job_error,
                     report=result.report(AttemptOutcome.RETRY),
+                    known=attempt.job,
                 )
             )
-            if not scheduled:
-                return await self._lease_lost(job, result)
+        else:
+            code = error.code if decision.reason == "not_retryable" else decision.reason
+            final_error = JobError(code=code, failure_class=klass, message=error.message)
+            after = await self._persistently(
+                lambda: self._store.fail(
+                    job.job_id,
+                    attempt_id=attempt.attempt_id,
+                    now=now,
+                    error=final_error,
+                    report=result.report(AttemptOutcome.FAILED),
+                    known=attempt.job,
+                )
+            )
+        if after is None:
+            return await self._lease_lost(attempt, result)
+        if after.status is JobStatus.RETRY_SCHEDULED:
             metrics.RETRIES.labels(failure_class=klass).inc()
             metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.RETRY).inc()
             # The same message carries the retry: hidden until the job is due (I5).
-            await self._hide(delivery, decision.delay_seconds)
+            await self._hide(attempt.delivery, decision.delay_seconds)
             return Verdict.RETRY_SCHEDULED
-        code = error.code if decision.reason == "not_retryable" else decision.reason
-        job_error = JobError(code=code, failure_class=klass, message=error.message)
-        attempt_id = job.attempt_id
-        final_error = job_error
-        failed = await self._persistently(
-            lambda: self._store.fail(
-                job.job_id,
-                attempt_id=attempt_id,
-                now=now,
-                error=final_error,
-                report=result.report(AttemptOutcome.FAILED),
-            )
-        )
-        if not failed:
-            return await self._lease_lost(job, result)
-        self._count_terminal(job, JobStatus.FAILED, klass)
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.FAILED).inc()
-        await self._ack(delivery)
-        return Verdict.FAILED
+        return await self._ended(attempt, after, klass)
 
-    async def _cancelled(self, delivery: Delivery, job: Job, result: CallResult) -> Verdict:
-        assert job.attempt_id is not None
-        attempt_id = job.attempt_id
-        done = await self._persistently(
+    async def _cancelled(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
+        after = await self._persistently(
             lambda: self._store.finish_cancelled(
-                job.job_id,
-                attempt_id=attempt_id,
+                attempt.job.job_id,
+                attempt_id=attempt.attempt_id,
                 now=self._clock.now(),
                 report=result.report(AttemptOutcome.CANCELLED),
+                known=attempt.job,
             )
         )
-        if not done:
-            return await self._lease_lost(job, result)
-        self._count_terminal(job, JobStatus.CANCELLED, None)
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.CANCELLED).inc()
-        await self._ack(delivery)
-        return Verdict.CANCELLED
+        if after is None:
+            return await self._lease_lost(attempt, result)
+        return await self._ended(attempt, after)
 
-    async def _lease_lost(self, job: Job, result: CallResult) -> Verdict:
+    async def _ended(
+        self, attempt: RunningAttempt, after: Job, klass: FailureClass | None = None
+    ) -> Verdict:
+        """The owner's write made the job terminal: count it, then ack (I5)."""
+        outcome = {
+            JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+            JobStatus.FAILED: AttemptOutcome.FAILED,
+        }.get(after.status, AttemptOutcome.CANCELLED)
+        failure_class = klass if after.status is JobStatus.FAILED else None
+        self._count_terminal(after, after.status, failure_class)
+        metrics.ATTEMPTS_ENDED.labels(outcome=outcome).inc()
+        await self._ack(attempt.delivery)
+        return _VERDICTS[after.status]
+
+    async def _lease_lost(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
         """Another attempt owns the job now: record why ours ended, leave its message alone."""
-        assert job.attempt_id is not None
         await self._store.end_attempt(
-            job.job_id,
-            attempt_id=job.attempt_id,
+            attempt.job.job_id,
+            attempt_id=attempt.attempt_id,
             now=self._clock.now(),
             report=result.report(AttemptOutcome.LEASE_LOST),
         )
         metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.LEASE_LOST).inc()
         return Verdict.LEASE_LOST
 
-    async def _release(self, delivery: Delivery, job: Job, result: CallResult) -> Verdict:
+    async def _release(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
         """Shutting down: give the job back now and make its message visible now."""
-        assert job.attempt_id is not None
-        await self._store.release(
-            job.job_id,
-            attempt_id=job.attempt_id,
+        released = await self._store.release(
+            attempt.job.job_id,
+            attempt_id=attempt.attempt_id,
             now=self._clock.now(),
             report=result.report(AttemptOutcome.ABANDONED),
+            known=attempt.job,
         )
+        if released is None:
+            return await self._lease_lost(attempt, result)
         metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.ABANDONED).inc()
-        await self._hide(delivery, 0.0)
+        await self._hide(attempt.delivery, 0.0)
         return Verdict.RELEASED
 
     async def _fail_exhausted(self, delivery: Delivery, job: Job) -> Verdict:
@@ -300,6 +332,19 @@ class DeliveryHandler:
             self._count_terminal(job, JobStatus.FAILED, last_class)
             await self._ack(delivery)
         return Verdict.FAILED
+
+    async def _dead_lettered(self, delivery: Delivery, job: Job) -> Verdict:
+        """The claim found a crash loop: the job is FAILED (dead_lettered), not invoked."""
+        metrics.DEAD_LETTERED.inc()
+        self._count_terminal(job, JobStatus.FAILED, FailureClass.DELIVERY)
+        log.warning(
+            "job.dead_lettered",
+            job_id=job.job_id,
+            tenant_id=job.tenant_id,
+            deliveries_without_outcome=job.deliveries_without_outcome,
+        )
+        await self._ack(delivery)
+        return Verdict.DEAD_LETTERED
 
     async def _ack_duplicate(self, delivery: Delivery, job: Job | None) -> Verdict:
         metrics.DUPLICATE_DELIVERIES.inc()
@@ -337,7 +382,10 @@ class DeliveryHandler:
 
     def _count_terminal(self, job: Job, status: JobStatus, klass: FailureClass | None) -> None:
         metrics.JOB_OUTCOMES.labels(
-            task=job.task, tenant=job.tenant_id, status=status, failure_class=klass or ""
+            task=job.task,
+            tenant=metrics.tenant_label(job.tenant_id),
+            status=status,
+            failure_class=klass or "",
         ).inc()
         metrics.END_TO_END_LATENCY.labels(task=job.task).observe(
             max(0.0, self._clock.now() - job.created_at)

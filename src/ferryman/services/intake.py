@@ -1,8 +1,8 @@
 """Intake: turn an authenticated request into a durable, dispatched job (I1, I7).
 
 Order matters: everything that can reject a request (pause switch, idempotency
-key syntax, task and input validation) runs before anything is stored, so bad
-input costs nothing and leaves nothing behind.
+key syntax, task and input validation, the tenant's quotas) runs before anything is
+stored, so bad input costs nothing and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ferryman.core.errors import InvalidRequestError, PausedError
+from ferryman.core.errors import (
+    BacklogQuotaExceededError,
+    InvalidRequestError,
+    PausedError,
+    StorageQuotaExceededError,
+)
 from ferryman.core.idempotency import canonical_json, request_fingerprint, validate_idempotency_key
 from ferryman.core.ids import new_correlation_id, new_job_id
 from ferryman.core.job import DispatchState, Job
@@ -26,11 +31,19 @@ if TYPE_CHECKING:
     from ferryman.ports.control import ControlStore
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import JobQueue
-    from ferryman.ports.store import JobStore
+    from ferryman.services.ledger import JobLedger
     from ferryman.tasks import TaskRegistry
 
 MAX_METADATA_BYTES = 4096
 PAUSED_RETRY_AFTER_SECONDS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuotas:
+    """What one tenant may hold; 0 means no limit."""
+
+    max_backlog: int = 0  # unfinished jobs
+    max_stored_jobs: int = 0  # jobs kept, finished or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +52,6 @@ class SubmitRequest:
     input: dict[str, Any]
     model: str | None = None
     metadata: dict[str, Any] | None = None
-    webhook_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +64,15 @@ class Intake:
     def __init__(
         self,
         *,
-        store: JobStore,
+        store: JobLedger,
         queue: JobQueue,
         tasks: TaskRegistry,
         control: ControlStore,
         clock: Clock,
         idempotency_retention_seconds: float,
         providers: Sequence[ModelProvider] = (),
+        quotas: TenantQuotas | None = None,
+        sim_scripts: bool = True,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -67,6 +81,8 @@ class Intake:
         self._clock = clock
         self._retention_seconds = idempotency_retention_seconds
         self._providers = tuple(providers)
+        self._quotas = quotas or TenantQuotas()
+        self._sim_scripts = sim_scripts
 
     async def submit(
         self,
@@ -82,13 +98,14 @@ class Intake:
         if idempotency_key is not None:
             validate_idempotency_key(idempotency_key)
         job = self._new_job(tenant_id, request, idempotency_key, correlation_id, traceparent)
+        await self._check_quotas(tenant_id)
         now = job.created_at
         expires_at = now + self._retention_seconds if idempotency_key is not None else None
         accepted = await self._store.create(job, idempotency_expires_at=expires_at, now=now)
         if not accepted.created:
-            metrics.IDEMPOTENT_REPLAYS.labels(tenant=tenant_id).inc()
+            metrics.IDEMPOTENT_REPLAYS.labels(tenant=metrics.tenant_label(tenant_id)).inc()
             return Submission(job=accepted.job, replayed=True)
-        metrics.JOBS_ACCEPTED.labels(task=job.task, tenant=tenant_id).inc()
+        metrics.JOBS_ACCEPTED.labels(task=job.task, tenant=metrics.tenant_label(tenant_id)).inc()
         stored = accepted.job
         if stored.dispatch_state is DispatchState.PENDING:
             stored = await self._dispatch(stored)
@@ -104,10 +121,17 @@ class Intake:
     ) -> Job:
         task = self._tasks.get(request.task)
         job_input = task.validate_input(request.input)
+        if not self._sim_scripts and "simulate" in job_input:
+            msg = "scripting the sim model is turned off here (FERRYMAN_SIM_SCRIPTS=false)"
+            raise InvalidRequestError(
+                msg, errors=[{"loc": ["body", "input", "simulate"], "msg": msg}]
+            )
         model = request.model or task.default_model
         self._check_model(model)
         metadata = _checked_metadata(request.metadata)
-        options: dict[str, Any] = {"metadata": metadata, "webhook_url": request.webhook_url}
+        # The fingerprint's layout is fixed forever (stored keys must keep matching):
+        # webhook_url was part of it before it was refused, always as null.
+        options: dict[str, Any] = {"metadata": metadata, "webhook_url": None}
         now = self._clock.now()
         return Job(
             tenant_id=tenant_id,
@@ -125,6 +149,26 @@ class Intake:
             created_at=now,
             updated_at=now,
         )
+
+    async def _check_quotas(self, tenant_id: str) -> None:
+        """A tenant over its quota is refused before anything is stored. The count may be a
+        few submissions behind under concurrency: quotas bound storage, not exactly."""
+        quotas = self._quotas
+        if not (quotas.max_backlog or quotas.max_stored_jobs):
+            return
+        usage = await self._store.usage(tenant_id)
+        if quotas.max_backlog and usage.unfinished >= quotas.max_backlog:
+            raise BacklogQuotaExceededError(
+                f"this tenant has {usage.unfinished} unfinished jobs, its limit "
+                f"(FERRYMAN_TENANT_MAX_BACKLOG) is {quotas.max_backlog}; "
+                "submit again when some have finished"
+            )
+        if quotas.max_stored_jobs and usage.stored >= quotas.max_stored_jobs:
+            raise StorageQuotaExceededError(
+                f"this tenant has {usage.stored} stored jobs, its limit "
+                f"(FERRYMAN_TENANT_MAX_STORED_JOBS) is {quotas.max_stored_jobs}; "
+                "old jobs are removed by `ferryman purge` or FERRYMAN_RETENTION_SECONDS"
+            )
 
     def _check_model(self, model: str) -> None:
         """An unknown model is bad input: refuse it now rather than fail it on a worker."""

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobStore
+    from ferryman.services.ledger import JobLedger
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class JobViewPage:
 
 class JobQueries:
     def __init__(
-        self, *, store: JobStore, results: ResultStore, clock: Clock | None = None
+        self, *, store: JobLedger, results: ResultStore, clock: Clock | None = None
     ) -> None:
         self._store = store
         self._results = results

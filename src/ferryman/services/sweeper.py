@@ -1,4 +1,4 @@
-"""The sweeper: nothing accepted is ever stranded (I2).
+"""The sweeper: nothing accepted is ever stranded (I2), and nothing is kept forever.
 
 Two sources of stranded jobs:
 - dead-lettered messages (delivered max_receives times with no recorded outcome:
@@ -7,7 +7,9 @@ Two sources of stranded jobs:
 - stalled jobs whose message is gone or was never sent (outbox gap, expired
   lease with its message dead-lettered while a live owner still held the job):
   the sweeper sends a new message. Duplicates are harmless, since a job id, not a
-  message, is the identity, and a claim admits only one owner.
+  message, is the identity, and a claim admits only one owner; and a crash loop
+  stays bounded because deliveries without an outcome are counted on the job.
+With a retention period set, it also purges finished jobs older than that.
 Running several sweepers at once is safe: every change is a conditional write.
 """
 
@@ -21,55 +23,63 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ferryman.core.errors import FailureClass
-from ferryman.core.job import EventKind, JobError
+from ferryman.core.job import DEAD_LETTERED_CODE, EventKind, JobError
 from ferryman.observability import metrics
 from ferryman.ports.queue import QueueMessage
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.queue import DeadLetter, JobQueue
-    from ferryman.ports.store import JobStore
+    from ferryman.services.ledger import JobLedger
+    from ferryman.services.retention import Retention
 
 log = structlog.get_logger("ferryman.sweeper")
 
-DEAD_LETTERED_CODE = "dead_lettered"
 BATCH = 100
+# Purging is housekeeping: a round does a little of it, so sweeping stays prompt.
+PURGE_BATCHES_PER_ROUND = 4
 
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     dead_lettered: int = 0
     redispatched: int = 0
+    purged: int = 0
 
 
 class Sweeper:
     def __init__(
         self,
         *,
-        store: JobStore,
+        store: JobLedger,
         queue: JobQueue,
         clock: Clock,
         interval_seconds: float = 5.0,
         stalled_after_seconds: float = 120.0,
+        retention: Retention | None = None,
+        retention_seconds: float | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
         self._clock = clock
         self._interval_seconds = interval_seconds
         self._stalled_after_seconds = stalled_after_seconds
+        self._retention = retention
+        self._retention_seconds = retention_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 report = await self.sweep_once()
-                if report.dead_lettered or report.redispatched:
+                if report.dead_lettered or report.redispatched or report.purged:
                     log.info(
                         "sweeper.swept",
                         dead_lettered=report.dead_lettered,
                         redispatched=report.redispatched,
+                        purged=report.purged,
                     )
             except Exception as exc:  # noqa: BLE001 - retried next round; never stop sweeping
-                log.warning("sweeper.failed", error_type=type(exc).__name__, error=str(exc))
+                log.warning("sweeper.failed", error_type=type(exc).__name__)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval_seconds):
                     await stop.wait()
@@ -77,7 +87,16 @@ class Sweeper:
     async def sweep_once(self) -> SweepReport:
         dead = await self._fail_dead_letters()
         redispatched = await self._redispatch_stalled()
-        return SweepReport(dead_lettered=dead, redispatched=redispatched)
+        purged = await self._purge_old()
+        return SweepReport(dead_lettered=dead, redispatched=redispatched, purged=purged)
+
+    async def _purge_old(self) -> int:
+        if self._retention is None or self._retention_seconds is None:
+            return 0
+        report = await self._retention.purge(
+            older_than_seconds=self._retention_seconds, max_batches=PURGE_BATCHES_PER_ROUND
+        )
+        return report.jobs
 
     async def _fail_dead_letters(self) -> int:
         failed = 0
@@ -94,7 +113,7 @@ class Sweeper:
         error = JobError(
             code=DEAD_LETTERED_CODE,
             failure_class=FailureClass.DELIVERY,
-            message=f"the job's message was delivered {letter.receive_count} times "
+            message=f"the job's message was received {letter.receive_count} times "
             "without any attempt recording an outcome",
         )
         failed = await self._store.fail_unowned(
@@ -109,7 +128,10 @@ class Sweeper:
             return False
         metrics.DEAD_LETTERED.inc()
         metrics.JOB_OUTCOMES.labels(
-            task=job.task, tenant=job.tenant_id, status="FAILED", failure_class="DELIVERY"
+            task=job.task,
+            tenant=metrics.tenant_label(job.tenant_id),
+            status="FAILED",
+            failure_class="DELIVERY",
         ).inc()
         log.warning("job.dead_lettered", job_id=job.job_id, tenant_id=job.tenant_id)
         return True
@@ -121,12 +143,6 @@ class Sweeper:
         )
         for job in stalled:
             await self._queue.send(QueueMessage.for_job(job))
-            await self._store.mark_dispatched(job.job_id, now=now)
-            await self._store.record_event(
-                job.job_id,
-                EventKind.REDISPATCHED,
-                now=now,
-                detail={"status": str(job.status), "dispatch_state": str(job.dispatch_state)},
-            )
+            await self._store.mark_dispatched(job.job_id, now=now, redispatch=True)
             metrics.REDISPATCHED.inc()
         return len(stalled)

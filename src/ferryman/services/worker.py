@@ -2,22 +2,27 @@
 
 Receiving is batched (one receive fills every free slot), and each delivery runs
 as its own asyncio task, so one process holds thousands of slow model calls at
-the cost of a coroutine each. On stop it receives nothing more, lets running
-attempts finish within the grace period, then gives the rest back: their leases
-end now and their messages become visible now, so another worker takes over at
-once instead of after a lease timeout.
+the cost of a coroutine each. Slots are shared fairly: no tenant holds more than
+``tenant_max_share`` of them, and free slots go to the tenants holding fewest
+(core/fairness.py), so one tenant's flood of slow jobs never keeps another's
+quick ones waiting. On stop it receives nothing more, lets running attempts
+finish within the grace period, then gives the rest back: their jobs wait again
+and their messages become visible now, so another worker takes over at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import math
 from typing import TYPE_CHECKING
 
 import structlog
 
 from ferryman.observability import metrics
 from ferryman.ports.control import Switch
+from ferryman.ports.queue import TenantBudget
 from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
 from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdict
 
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import Delivery, JobQueue
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobStore
+    from ferryman.services.ledger import JobLedger
     from ferryman.tasks import TaskRegistry
 
 log = structlog.get_logger("ferryman.worker")
@@ -46,7 +51,7 @@ class Worker:
     def __init__(
         self,
         *,
-        store: JobStore,
+        store: JobLedger,
         queue: JobQueue,
         results: ResultStore,
         providers: Sequence[ModelProvider],
@@ -62,9 +67,14 @@ class Worker:
         shutdown_grace_seconds: float = 30.0,
         receive_wait_seconds: float = 1.0,
         attempt_timeout_seconds: float | None = None,
+        max_receives: int = 10,
+        tenant_max_share: float = 1.0,
+        cancel_check_seconds: float = 0.5,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not 0 < tenant_max_share <= 1:
+            raise ValueError("tenant_max_share must be within (0, 1]")
         self.worker_id = worker_id
         self._queue = queue
         self._control = control
@@ -72,6 +82,13 @@ class Worker:
         self._concurrency = concurrency
         self._grace_seconds = shutdown_grace_seconds
         self._wait_seconds = receive_wait_seconds
+        self._cancel_check_seconds = cancel_check_seconds
+        # Deliveries in flight per tenant, live: the receive reads it at every look.
+        self._tenant_in_flight: collections.Counter[str] = collections.Counter()
+        self._budget = TenantBudget(
+            max_per_tenant=max(1, math.floor(concurrency * tenant_max_share)),
+            in_flight=self._tenant_in_flight,
+        )
         self._runner = AttemptRunner(
             store=store,
             queue=queue,
@@ -91,7 +108,9 @@ class Worker:
             results=results,
             runner=self._runner,
             clock=clock,
-            settings=DeliverySettings(lease=lease, retry=retry, worker_id=worker_id),
+            settings=DeliverySettings(
+                lease=lease, retry=retry, worker_id=worker_id, max_receives=max_receives
+            ),
             failpoints=failpoints,
         )
         self._running: set[asyncio.Task[Verdict]] = set()
@@ -105,12 +124,29 @@ class Worker:
         """Process one delivery to its end (tests drive the worker through this)."""
         return await self._handler.handle(delivery)
 
+    @property
+    def max_per_tenant(self) -> int:
+        return self._budget.max_per_tenant
+
     async def run(self, stop: asyncio.Event) -> None:
-        log.info("worker.started", worker_id=self.worker_id, concurrency=self._concurrency)
+        log.info(
+            "worker.started",
+            worker_id=self.worker_id,
+            concurrency=self._concurrency,
+            max_per_tenant=self._budget.max_per_tenant,
+        )
+        watcher_stop = asyncio.Event()
+        watcher = asyncio.create_task(
+            self._runner.watch_cancellations(
+                watcher_stop, interval_seconds=self._cancel_check_seconds
+            )
+        )
         try:
             await self._receive_until(stop)
         finally:
             await self._drain()
+            watcher_stop.set()
+            await watcher
             log.info("worker.stopped", worker_id=self.worker_id)
 
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> int:
@@ -120,6 +156,7 @@ class Worker:
             batch = await self._queue.receive(
                 max_messages=min(self._concurrency, MAX_RECEIVE_BATCH),
                 visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
+                budget=self._budget,
             )
             if not batch:
                 return handled
@@ -152,6 +189,7 @@ class Worker:
                 max_messages=min(free, MAX_RECEIVE_BATCH),
                 visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
                 wait_seconds=self._wait_seconds,
+                budget=self._budget,
             )
         except Exception as exc:  # noqa: BLE001 - a queue outage must not kill the worker
             log.warning("worker.receive_failed", error_type=type(exc).__name__, error=str(exc))
@@ -159,13 +197,18 @@ class Worker:
             return []
 
     def _start(self, delivery: Delivery) -> None:
+        tenant = delivery.message.tenant_id
+        self._tenant_in_flight[tenant] += 1
         task = asyncio.create_task(self._guarded(delivery))
         self._running.add(task)
         metrics.IN_FLIGHT.inc()
-        task.add_done_callback(self._finished)
+        task.add_done_callback(lambda done: self._finished(done, tenant))
 
-    def _finished(self, task: asyncio.Task[Verdict]) -> None:
+    def _finished(self, task: asyncio.Task[Verdict], tenant: str) -> None:
         self._running.discard(task)
+        self._tenant_in_flight[tenant] -= 1
+        if self._tenant_in_flight[tenant] <= 0:
+            del self._tenant_in_flight[tenant]
         metrics.IN_FLIGHT.dec()
         self._slot_freed.set()
 

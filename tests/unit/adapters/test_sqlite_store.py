@@ -8,6 +8,11 @@ import sqlite3
 from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue, SqliteJobStore
 from ferryman.core.errors import FailureClass, IdempotencyKeyMismatchError
 from ferryman.core.job import AttemptOutcome, DispatchState, EventKind, JobError, JobStatus
+from ferryman.services.ledger import JobLedger
+
+
+def _ledger(db: SqliteDatabase) -> JobLedger:
+    return JobLedger(SqliteJobStore(db))
 
 
 def _count(db_path, table: str) -> int:
@@ -23,8 +28,8 @@ async def test_two_processes_see_each_others_writes(db_path, clock, job_factory)
     second = await SqliteDatabase.open(db_path)
     try:
         job = job_factory()
-        await SqliteJobStore(first).create(job, idempotency_expires_at=None, now=clock.now())
-        seen = await SqliteJobStore(second).get(job.job_id)
+        await _ledger(first).create(job, idempotency_expires_at=None, now=clock.now())
+        seen = await _ledger(second).get(job.job_id)
         assert seen is not None
         assert seen.status is JobStatus.QUEUED
         assert seen.dispatch_state is DispatchState.DISPATCHED
@@ -41,7 +46,7 @@ async def test_one_key_makes_one_job_across_processes(db_path, clock, job_factor
     first = await SqliteDatabase.open(db_path)
     second = await SqliteDatabase.open(db_path)
     try:
-        stores = [SqliteJobStore(first), SqliteJobStore(second)]
+        stores = [_ledger(first), _ledger(second)]
         jobs = [job_factory(idempotency_key="same-key") for _ in range(40)]
         accepted = await asyncio.gather(
             *(
@@ -59,7 +64,7 @@ async def test_one_key_makes_one_job_across_processes(db_path, clock, job_factor
 
 
 async def test_a_refused_create_stores_nothing(db, db_path, clock, job_factory) -> None:
-    store = SqliteJobStore(db)
+    store = _ledger(db)
     await store.create(job_factory(idempotency_key="k"), idempotency_expires_at=None, now=1.0)
     other = job_factory(idempotency_key="k", input={"prompt": "something else"})
     try:
@@ -74,14 +79,24 @@ async def test_a_refused_create_stores_nothing(db, db_path, clock, job_factory) 
 
 
 async def test_a_claim_records_the_attempt_and_its_events(db, clock, job_factory) -> None:
-    store = SqliteJobStore(db)
+    store = _ledger(db)
     job = job_factory()
     await store.create(job, idempotency_expires_at=None, now=clock.now())
     first = await store.claim(
-        job.job_id, attempt_id="att_1", worker_id="w1", now=10.0, lease_until=20.0
+        job.job_id,
+        attempt_id="att_1",
+        worker_id="w1",
+        now=10.0,
+        lease_until=20.0,
+        max_deliveries_without_outcome=10,
     )
     taken = await store.claim(
-        job.job_id, attempt_id="att_2", worker_id="w2", now=21.0, lease_until=80.0
+        job.job_id,
+        attempt_id="att_2",
+        worker_id="w2",
+        now=21.0,
+        lease_until=80.0,
+        max_deliveries_without_outcome=10,
     )
     assert first.claimed
     assert taken.claimed
@@ -105,7 +120,7 @@ async def test_a_claim_records_the_attempt_and_its_events(db, clock, job_factory
 
 
 async def test_listing_pages_newest_first_and_filters(db, clock, job_factory) -> None:
-    store = SqliteJobStore(db)
+    store = _ledger(db)
     jobs = [job_factory(job_id=f"gen_{i:026d}") for i in range(5)]
     jobs.append(job_factory(job_id="gen_" + "9" * 26, tenant_id="t2"))
     for job in jobs:
@@ -134,7 +149,7 @@ async def test_listing_pages_newest_first_and_filters(db, clock, job_factory) ->
 
 
 async def test_replay_enqueues_in_the_same_transaction(db, db_path, clock, job_factory) -> None:
-    store = SqliteJobStore(db)
+    store = _ledger(db)
     job = job_factory()
     await store.create(job, idempotency_expires_at=None, now=clock.now())
     error = JobError(code="dead_lettered", failure_class=FailureClass.DELIVERY, message="m")

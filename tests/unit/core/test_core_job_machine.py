@@ -63,6 +63,8 @@ class JobLifecycle(RuleBasedStateMachine):
         self.published_in_series = 0
         self.published_ever = 0
         self.last_fence = 0
+        self.failed_class: FailureClass | None = None
+        self.takeovers_in_series = 0
 
     # --- the model's view -----------------------------------------------------
 
@@ -131,6 +133,7 @@ class JobLifecycle(RuleBasedStateMachine):
             return
         taken_over = self.owner if self.status is JobStatus.PROCESSING else None
         assert jobs.abandoned_attempt_id(self.job, now=self.now) == taken_over
+        self.takeovers_in_series += taken_over is not None
         before = self.job
         after = self.applied(call)
         assert after.fence == before.fence + 1
@@ -220,6 +223,22 @@ class JobLifecycle(RuleBasedStateMachine):
         assert after.status is JobStatus.FAILED
         assert after.error == error
         self.status, self.lease_until = JobStatus.FAILED, None
+        self.failed_class = failure
+
+    @rule(choice=attempts)
+    def release(self, choice: str | int) -> None:
+        """The owner gives the job back: it waits again, owned by nobody."""
+        attempt_id = self.pick(choice)
+
+        def call() -> Job:
+            return jobs.release(self.job, attempt_id=attempt_id, now=self.now)
+
+        if not self.owns(attempt_id):
+            self.refused(StaleFenceError, call)
+            return
+        after = self.applied(call)
+        assert (after.status, after.attempt_id, after.worker_id) == (JobStatus.QUEUED, None, None)
+        self.status, self.owner, self.lease_until = JobStatus.QUEUED, None, None
 
     @rule()
     def request_cancel(self) -> None:
@@ -276,13 +295,17 @@ class JobLifecycle(RuleBasedStateMachine):
         assert after.status is JobStatus.FAILED
         assert after.error == error
         self.status, self.lease_until = JobStatus.FAILED, None
+        self.failed_class = FailureClass.DELIVERY
 
-    @rule()
-    def replay(self) -> None:
+    @rule(include_failed=st.booleans())
+    def replay(self, include_failed: bool) -> None:
         def call() -> Job:
-            return jobs.replay(self.job, now=self.now)
+            return jobs.replay(self.job, now=self.now, include_failed=include_failed)
 
-        if self.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+        # Only FAILED jobs come back: dead-lettered ones always, others when asked;
+        # a job its client cancelled never.
+        dead_lettered = self.failed_class is FailureClass.DELIVERY
+        if self.status is not JobStatus.FAILED or not (include_failed or dead_lettered):
             self.refused(IllegalTransitionError, call)
             return
         before = self.job
@@ -301,6 +324,8 @@ class JobLifecycle(RuleBasedStateMachine):
         self.cancel_requested = False
         self.attempts_in_series = 0
         self.published_in_series = 0
+        self.takeovers_in_series = 0
+        self.failed_class = None
 
     @rule(seconds=st.floats(min_value=0, max_value=200, allow_nan=False))
     def advance(self, seconds: float) -> None:
@@ -338,6 +363,12 @@ class JobLifecycle(RuleBasedStateMachine):
     def attempts_are_bounded_by_the_fence(self) -> None:
         assert self.job.attempt_count == self.attempts_in_series
         assert self.job.attempt_count <= self.job.fence
+
+    @invariant()
+    def deliveries_without_outcome_count_takeovers(self) -> None:
+        """Every claim that took over an attempt which never reported is counted, in this
+        series; a graceful release is not (its attempt did report)."""
+        assert self.job.deliveries_without_outcome == self.takeovers_in_series
 
     @invariant()
     def no_lease_outside_processing(self) -> None:

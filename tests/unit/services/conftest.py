@@ -21,6 +21,7 @@ from ferryman.failpoints import Failpoints
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.jobs import JobQueries
+from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
@@ -60,7 +61,7 @@ class CountingProvider:
 @dataclass
 class World:
     clock: FakeClock
-    store: InMemoryJobStore
+    store: JobLedger
     queue: InMemoryJobQueue
     results: InMemoryResultStore
     control: InMemoryControlStore
@@ -70,6 +71,7 @@ class World:
     operations: Operations
     retry: RetryPolicy
     lease: LeasePolicy
+    max_receives: int = 10
     workers: list[Worker] = field(default_factory=list)
 
     def worker(self, **overrides: Any) -> Worker:
@@ -89,6 +91,7 @@ class World:
             "failpoints": Failpoints(),
             "shutdown_grace_seconds": 0.05,
             "receive_wait_seconds": 0.01,
+            "max_receives": self.max_receives,
         }
         options.update(overrides)
         worker = Worker(**options)
@@ -143,7 +146,7 @@ def make_world() -> Callable[..., World]:
     ) -> World:
         clock = FakeClock()
         queue = InMemoryJobQueue(clock=clock, max_receives=max_receives)
-        store = InMemoryJobStore(queue=None if outbox else queue)
+        store = JobLedger(InMemoryJobStore(queue=None if outbox else queue))
         results = InMemoryResultStore()
         control = InMemoryControlStore()
         provider = CountingProvider(SimulatedProvider(sleep=_no_sleep), block=block)
@@ -167,6 +170,7 @@ def make_world() -> Callable[..., World]:
             operations=Operations(store=store, queue=queue, control=control, clock=clock),
             retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
             lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
+            max_receives=max_receives,
         )
 
     return build

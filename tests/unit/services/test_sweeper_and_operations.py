@@ -15,7 +15,12 @@ async def test_dead_lettered_message_fails_its_job_and_can_be_replayed(make_worl
         assert len(deliveries) == 1
         now = world.clock.now()
         await world.store.claim(
-            job.job_id, attempt_id=new_attempt_id(), worker_id="dead", now=now, lease_until=now + 1
+            job.job_id,
+            attempt_id=new_attempt_id(),
+            worker_id="dead",
+            now=now,
+            lease_until=now + 1,
+            max_deliveries_without_outcome=world.max_receives,
         )
         world.clock.advance(2)
     assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=1) == []
@@ -58,7 +63,9 @@ async def test_replay_on_the_outbox_path_sends_a_message(make_world) -> None:
     job = await world.submit("x", simulate={"script": ["refuse", "ok"]})
     await world.worker().run_until_idle()
     assert (await world.job(job.job_id)).status is JobStatus.FAILED
-    await world.operations.replay([job.job_id], actor="ops", reason="policy changed")
+    await world.operations.replay(
+        [job.job_id], actor="ops", reason="policy changed", include_failed=True
+    )
     assert (await world.job(job.job_id)).dispatch_state is DispatchState.DISPATCHED
     await world.worker().run_until_idle()
     assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
@@ -70,7 +77,12 @@ async def test_stalled_processing_job_without_a_message_is_redispatched_once(mak
     delivery = (await world.queue.receive(max_messages=1, visibility_timeout_seconds=60))[0]
     now = world.clock.now()
     await world.store.claim(
-        job.job_id, attempt_id=new_attempt_id(), worker_id="dead", now=now, lease_until=now + 60
+        job.job_id,
+        attempt_id=new_attempt_id(),
+        worker_id="dead",
+        now=now,
+        lease_until=now + 60,
+        max_deliveries_without_outcome=world.max_receives,
     )
     await world.queue.delete(delivery.receipt)  # the message is gone, the owner died
     sweeper = world.sweeper(stalled_after_seconds=120)

@@ -167,7 +167,12 @@ async def test_a_crashed_attempt_is_taken_over_and_recorded_abandoned(make_world
     crashed = new_attempt_id()
     now = world.clock.now()
     await world.store.claim(
-        job.job_id, attempt_id=crashed, worker_id="dead", now=now, lease_until=now + 60
+        job.job_id,
+        attempt_id=crashed,
+        worker_id="dead",
+        now=now,
+        lease_until=now + 60,
+        max_deliveries_without_outcome=world.max_receives,
     )
     world.clock.advance(61)
     assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
@@ -184,7 +189,12 @@ async def test_a_live_owner_is_never_invoked_twice(make_world) -> None:
     job = await world.submit("x")
     now = world.clock.now()
     await world.store.claim(
-        job.job_id, attempt_id=new_attempt_id(), worker_id="other", now=now, lease_until=now + 60
+        job.job_id,
+        attempt_id=new_attempt_id(),
+        worker_id="other",
+        now=now,
+        lease_until=now + 60,
+        max_deliveries_without_outcome=world.max_receives,
     )
     assert await world.worker().handle(await _receive_one(world)) is Verdict.DEFERRED
     assert world.provider.invocations == 0
@@ -228,7 +238,12 @@ async def test_losing_the_lease_mid_call_discards_the_result(make_world) -> None
     world.clock.advance(61)  # our lease expires while the call hangs; another worker claims
     now = world.clock.now()
     taken = await world.store.claim(
-        job.job_id, attempt_id=new_attempt_id(), worker_id="w9", now=now, lease_until=now + 60
+        job.job_id,
+        attempt_id=new_attempt_id(),
+        worker_id="w9",
+        now=now,
+        lease_until=now + 60,
+        max_deliveries_without_outcome=world.max_receives,
     )
     assert taken.claimed
     assert await asyncio.wait_for(handling, 5) is Verdict.LEASE_LOST
@@ -269,8 +284,8 @@ async def test_shutdown_gives_unfinished_jobs_back_at_once(make_world) -> None:
     stop.set()
     await asyncio.wait_for(running, 10)
     stored = await world.job(job.job_id)
-    assert stored.status is JobStatus.PROCESSING
-    assert stored.lease_until is not None and stored.lease_until < world.clock.now()
+    # It waits again, owned by nobody, its attempt closed once with a RELEASED event.
+    assert (stored.status, stored.attempt_id, stored.lease_until) == (JobStatus.QUEUED, None, None)
     assert [a.outcome for a in await world.store.attempts(job.job_id)] == [AttemptOutcome.ABANDONED]
     block.set()
     # Visible now, claimable now: the next worker finishes it without waiting for a lease.

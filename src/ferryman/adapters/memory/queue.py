@@ -14,11 +14,12 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ferryman.core.fairness import fair_pick
 from ferryman.ports.queue import DeadLetter, Delivery, QueueStats
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
-    from ferryman.ports.queue import QueueMessage
+    from ferryman.ports.queue import QueueMessage, TenantBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +63,18 @@ class InMemoryJobQueue:
             self._changed.notify_all()
 
     async def receive(
-        self, *, max_messages: int, visibility_timeout_seconds: float, wait_seconds: float = 0.0
+        self,
+        *,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        wait_seconds: float = 0.0,
+        budget: TenantBudget | None = None,
     ) -> list[Delivery]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_seconds)
         async with self._changed:
             while True:
-                deliveries = self._take(max_messages, visibility_timeout_seconds)
+                deliveries = self._take(max_messages, visibility_timeout_seconds, budget)
                 remaining = deadline - loop.time()
                 if deliveries or remaining <= 0:
                     return deliveries
@@ -78,34 +84,45 @@ class InMemoryJobQueue:
                 except TimeoutError:
                     pass
 
-    def _take(self, max_messages: int, visibility_timeout_seconds: float) -> list[Delivery]:
+    def _take(
+        self, max_messages: int, visibility_timeout_seconds: float, budget: TenantBudget | None
+    ) -> list[Delivery]:
         now = self._clock.now()
-        deliveries: list[Delivery] = []
-        for stored in list(self._messages.values()):
-            if len(deliveries) >= max_messages:
-                break
+        waiting: dict[str, list[_Stored]] = {}
+        for stored in sorted(self._messages.values(), key=lambda m: m.visible_at):
             if stored.visible_at > now:
                 continue
             if stored.receive_count >= self._max_receives:
                 self._dead_letter(stored, now)
                 continue
-            token = secrets.token_hex(8)
-            received = dataclasses.replace(
-                stored,
-                receive_count=stored.receive_count + 1,
-                token=token,
-                visible_at=now + visibility_timeout_seconds,
-            )
-            self._messages[stored.message_id] = received
-            deliveries.append(
-                Delivery(
-                    message=stored.message,
-                    receipt=f"{stored.message_id}.{token}",
-                    receive_count=received.receive_count,
-                    sent_at=stored.sent_at,
-                )
-            )
-        return deliveries
+            tenant = stored.message.tenant_id
+            allowance = max_messages if budget is None else budget.allowance(tenant)
+            queue = waiting.setdefault(tenant, [])
+            if len(queue) < min(allowance, max_messages):
+                queue.append(stored)
+        picked = fair_pick(
+            waiting,
+            held=(lambda _tenant: 0) if budget is None else budget.held,
+            waited_since=lambda m: m.visible_at,
+            limit=max_messages,
+        )
+        return [self._deliver(stored, now, visibility_timeout_seconds) for stored in picked]
+
+    def _deliver(self, stored: _Stored, now: float, visibility_timeout_seconds: float) -> Delivery:
+        token = secrets.token_hex(8)
+        received = dataclasses.replace(
+            stored,
+            receive_count=stored.receive_count + 1,
+            token=token,
+            visible_at=now + visibility_timeout_seconds,
+        )
+        self._messages[stored.message_id] = received
+        return Delivery(
+            message=stored.message,
+            receipt=f"{stored.message_id}.{token}",
+            receive_count=received.receive_count,
+            sent_at=stored.sent_at,
+        )
 
     def _dead_letter(self, stored: _Stored, now: float) -> None:
         del self._messages[stored.message_id]

@@ -1,11 +1,11 @@
-"""SqliteControlStore: operator switches in the shared file, seen by every process."""
+"""SqliteControlStore: operator switches and the audit log in the shared file."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.sqlite.sql import MISC
-from ferryman.ports.control import Switch
+from ferryman.ports.control import AuditAction, AuditRecord, Switch
 
 if TYPE_CHECKING:
     import sqlite3
@@ -26,6 +26,56 @@ class SqliteControlStore:
 
         return await self._db.read(op)
 
-    async def set_paused(self, switch: Switch, paused: bool, *, actor: str, now: float) -> None:
+    async def set_paused(
+        self, switch: Switch, paused: bool, *, actor: str, now: float, reason: str | None = None
+    ) -> None:
         params = {"switch": str(switch), "paused": int(paused), "actor": actor, "updated_at": now}
-        await self._db.write(lambda conn: conn.execute(MISC["set_switch"], params))
+        record = AuditRecord(
+            at=now,
+            actor=actor,
+            action=AuditAction.PAUSE if paused else AuditAction.RESUME,
+            target=str(switch),
+            reason=reason,
+        )
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(MISC["set_switch"], params)
+            _insert_audit(conn, record)
+
+        await self._db.write(op)
+
+    async def record_audit(self, record: AuditRecord) -> None:
+        await self._db.write(lambda conn: _insert_audit(conn, record))
+
+    async def audit_log(self, *, limit: int, before: int | None = None) -> list[AuditRecord]:
+        def op(conn: sqlite3.Connection) -> list[AuditRecord]:
+            rows = conn.execute(
+                MISC["audit_log"], {"limit": max(0, limit), "before": before}
+            ).fetchall()
+            return [
+                AuditRecord(
+                    at=row["at"],
+                    actor=row["actor"],
+                    action=AuditAction(row["action"]),
+                    target=row["target"],
+                    reason=row["reason"],
+                    record_id=row["id"],
+                )
+                for row in rows
+                if row["action"] in {str(a) for a in AuditAction}
+            ]
+
+        return await self._db.read(op)
+
+
+def _insert_audit(conn: sqlite3.Connection, record: AuditRecord) -> None:
+    conn.execute(
+        MISC["insert_audit"],
+        {
+            "at": record.at,
+            "actor": record.actor,
+            "action": str(record.action),
+            "target": record.target,
+            "reason": record.reason,
+        },
+    )

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -95,6 +96,13 @@ class SqliteDatabase:
     def write_count(self) -> int:
         """Write operations committed by this object's writer."""
         return self._writer.ops
+
+    def recent_write_failure(self, within_seconds: float) -> str | None:
+        """Why a write failed within the last ``within_seconds``, or None."""
+        at = self._writer.last_failure_at
+        if at is None or time.monotonic() - at > within_seconds:
+            return None
+        return self._writer.last_failure
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside the next group-commit transaction; return after COMMIT."""

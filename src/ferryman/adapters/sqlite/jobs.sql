@@ -1,6 +1,6 @@
 -- Jobs, their idempotency entries, attempts and events.
--- Transitions load the row, apply ferryman.core.job inside the writer's
--- BEGIN IMMEDIATE transaction, and write the whole row back.
+-- A change (ferryman.core.changes) replaces the job row only if its revision is
+-- still the one the change was computed from, then writes its events and attempts.
 
 -- name: get_job
 SELECT * FROM jobs WHERE job_id = :job_id;
@@ -11,13 +11,13 @@ INSERT INTO jobs (
     payload_version, status, dispatch_state, attempt_count, failure_count,
     invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
     cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
-    updated_at, completed_at
+    updated_at, completed_at, revision, event_seq, deliveries_without_outcome
 ) VALUES (
     :job_id, :tenant_id, :idempotency_key, :request_hash, :task, :model, :input, :metadata,
     :payload_version, :status, :dispatch_state, :attempt_count, :failure_count,
     :invalid_output_count, :fence, :attempt_id, :worker_id, :lease_until, :not_before,
     :cancel_requested, :result_ref, :error, :traceparent, :correlation_id, :created_at,
-    :updated_at, :completed_at
+    :updated_at, :completed_at, :revision, :event_seq, :deliveries_without_outcome
 );
 
 -- name: update_job
@@ -36,8 +36,11 @@ UPDATE jobs SET
     result_ref = :result_ref,
     error = :error,
     updated_at = :updated_at,
-    completed_at = :completed_at
-WHERE job_id = :job_id;
+    completed_at = :completed_at,
+    revision = :revision,
+    event_seq = :event_seq,
+    deliveries_without_outcome = :deliveries_without_outcome
+WHERE job_id = :job_id AND revision = :expected_revision;
 
 -- name: get_idempotency
 SELECT job_id, request_hash, expires_at
@@ -54,9 +57,7 @@ ON CONFLICT (tenant_id, key) DO UPDATE SET
 
 -- name: insert_event
 INSERT INTO events (job_id, seq, at, kind, detail)
-SELECT :job_id, COALESCE(MAX(seq), 0) + 1, :at, :kind, :detail
-FROM events
-WHERE job_id = :job_id;
+VALUES (:job_id, :seq, :at, :kind, :detail);
 
 -- name: list_events
 SELECT * FROM events WHERE job_id = :job_id ORDER BY seq;
@@ -67,7 +68,7 @@ VALUES (:job_id, :attempt_no, :attempt_id, :worker_id, :started_at);
 
 -- name: close_attempt
 -- Only an attempt with no outcome yet: an ended attempt keeps its first ending.
--- With :over_abandoned also one a takeover marked abandoned (its worker survived
+-- With :replaces_abandoned also one a takeover marked abandoned (its worker survived
 -- and knows better).
 UPDATE attempts SET
     ended_at = :ended_at,
@@ -79,11 +80,7 @@ UPDATE attempts SET
     output_tokens = :output_tokens,
     provider_request_id = :provider_request_id
 WHERE job_id = :job_id AND attempt_id = :attempt_id
-  AND (outcome IS NULL OR (:over_abandoned AND outcome = 'abandoned'));
-
--- name: abandon_open_attempts
-UPDATE attempts SET ended_at = :ended_at, outcome = 'abandoned'
-WHERE job_id = :job_id AND outcome IS NULL;
+  AND (outcome IS NULL OR (:replaces_abandoned AND outcome = 'abandoned'));
 
 -- name: list_attempts
 SELECT * FROM attempts WHERE job_id = :job_id ORDER BY attempt_no;
@@ -123,3 +120,50 @@ LIMIT :limit;
 
 -- name: ping
 SELECT 1;
+
+-- name: write_probe
+INSERT INTO probe (name, at) VALUES ('readiness', :at)
+ON CONFLICT (name) DO UPDATE SET at = excluded.at;
+
+-- name: cancel_requested
+SELECT job_id FROM jobs
+WHERE cancel_requested = 1 AND status = 'PROCESSING'
+  AND job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: existing_jobs
+SELECT job_id FROM jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: tenant_usage
+SELECT unfinished, stored FROM tenant_usage WHERE tenant_id = :tenant_id;
+
+-- name: add_usage
+INSERT INTO tenant_usage (tenant_id, unfinished, stored)
+VALUES (:tenant_id, :unfinished, :stored)
+ON CONFLICT (tenant_id) DO UPDATE SET
+    unfinished = unfinished + excluded.unfinished,
+    stored = stored + excluded.stored;
+
+-- name: finished_before
+-- The partial index jobs_finished serves this; the status list repeats its condition.
+SELECT job_id, tenant_id FROM jobs
+WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND completed_at < :before
+ORDER BY completed_at
+LIMIT :limit;
+
+-- name: delete_job_events
+DELETE FROM events WHERE job_id = :job_id;
+
+-- name: delete_job_attempts
+DELETE FROM attempts WHERE job_id = :job_id;
+
+-- name: delete_job_keys
+DELETE FROM idempotency WHERE job_id = :job_id;
+
+-- name: delete_job
+DELETE FROM jobs WHERE job_id = :job_id;
+
+-- name: delete_expired_keys
+DELETE FROM idempotency WHERE rowid IN (
+    SELECT rowid FROM idempotency WHERE expires_at IS NOT NULL AND expires_at <= :now
+    LIMIT :limit
+);

@@ -26,3 +26,13 @@ ON CONFLICT (switch) DO UPDATE SET
     paused = excluded.paused,
     actor = excluded.actor,
     updated_at = excluded.updated_at;
+
+-- name: insert_audit
+INSERT INTO audit (at, actor, action, target, reason)
+VALUES (:at, :actor, :action, :target, :reason);
+
+-- name: audit_log
+SELECT id, at, actor, action, target, reason FROM audit
+WHERE :before IS NULL OR id < :before
+ORDER BY id DESC
+LIMIT :limit;

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 from ferryman.adapters.sqlite import messages
 from ferryman.adapters.sqlite.sql import QUEUE
-from ferryman.ports.queue import DeadLetter, Delivery, QueueMessage, QueueStats
+from ferryman.ports.queue import DeadLetter, DeadLetterReason, Delivery, QueueMessage, QueueStats
 
 if TYPE_CHECKING:
     import sqlite3
 
     from ferryman.adapters.sqlite.database import SqliteDatabase
     from ferryman.core.clock import Clock
+    from ferryman.ports.queue import TenantBudget
 
 
 class SqliteJobQueue:
@@ -34,6 +35,7 @@ class SqliteJobQueue:
         self._clock = clock
         self._max_receives = max_receives
         self._poll_interval_seconds = poll_interval_seconds
+        self._tenant_cursor = messages.TenantCursor()
 
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None:
         now = self._clock.now()
@@ -46,7 +48,12 @@ class SqliteJobQueue:
             self._db.wakeup.notify()
 
     async def receive(
-        self, *, max_messages: int, visibility_timeout_seconds: float, wait_seconds: float = 0.0
+        self,
+        *,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        wait_seconds: float = 0.0,
+        budget: TenantBudget | None = None,
     ) -> list[Delivery]:
         if max_messages < 1:
             return []
@@ -55,7 +62,9 @@ class SqliteJobQueue:
         polling = False
         while True:
             since = self._db.wakeup.generation
-            deliveries = await self._take(max_messages, visibility_timeout_seconds, polling=polling)
+            deliveries = await self._take(
+                max_messages, visibility_timeout_seconds, budget=budget, polling=polling
+            )
             remaining = deadline - loop.time()
             if deliveries or remaining <= 0:
                 return deliveries
@@ -65,7 +74,12 @@ class SqliteJobQueue:
             polling = True
 
     async def _take(
-        self, max_messages: int, visibility_timeout_seconds: float, *, polling: bool
+        self,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        *,
+        budget: TenantBudget | None,
+        polling: bool,
     ) -> list[Delivery]:
         now = self._clock.now()
         # Idle workers poll often; looking first through the reader keeps their
@@ -79,6 +93,8 @@ class SqliteJobQueue:
                 max_messages=max_messages,
                 visibility_timeout_seconds=visibility_timeout_seconds,
                 max_receives=self._max_receives,
+                budget=budget,
+                cursor=self._tenant_cursor,
             )
         )
 
@@ -116,16 +132,22 @@ def _any_visible(conn: sqlite3.Connection, *, now: float) -> bool:
 
 
 def _dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[DeadLetter]:
-    rows = conn.execute(QUEUE["list_dead_letters"], {"limit": limit}).fetchall()
-    return [
-        DeadLetter(
-            dead_letter_id=row["id"],
-            message=QueueMessage.from_body(row["body"]),
-            receive_count=row["receive_count"],
-            dead_lettered_at=row["dead_lettered_at"],
+    letters: list[DeadLetter] = []
+    for row in conn.execute(QUEUE["list_dead_letters"], {"limit": limit}).fetchall():
+        try:
+            message = QueueMessage.from_body(row["body"])
+        except ValueError:
+            continue  # written before bodies were checked: it names no job to fail
+        letters.append(
+            DeadLetter(
+                dead_letter_id=row["id"],
+                message=message,
+                receive_count=row["receive_count"],
+                dead_lettered_at=row["dead_lettered_at"],
+                reason=DeadLetterReason(row["reason"]),
+            )
         )
-        for row in rows
-    ]
+    return letters
 
 
 def _stats(conn: sqlite3.Connection, *, now: float) -> QueueStats:

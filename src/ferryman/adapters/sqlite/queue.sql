@@ -1,14 +1,26 @@
 -- The job queue: SQS semantics on a table in the same file as the jobs.
 
 -- name: insert_message
-INSERT INTO messages (id, body, sent_at, visible_at, receive_count)
-VALUES (:id, :body, :sent_at, :visible_at, 0);
+INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count)
+VALUES (:id, :body, :tenant_id, :sent_at, :visible_at, 0);
 
--- name: visible_messages
-SELECT id, body, sent_at, receive_count
+-- name: next_tenants
+-- Distinct tenants with messages, in name order after :after (NULL: from the first),
+-- without scanning every message: each step is one seek in messages_tenant_visible.
+WITH RECURSIVE tenants(tenant_id) AS (
+    SELECT (SELECT MIN(tenant_id) FROM messages WHERE :after IS NULL OR tenant_id > :after)
+    UNION ALL
+    SELECT (SELECT MIN(tenant_id) FROM messages WHERE tenant_id > tenants.tenant_id)
+    FROM tenants
+    WHERE tenants.tenant_id IS NOT NULL
+)
+SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL LIMIT :limit;
+
+-- name: visible_of_tenant
+SELECT id, body, tenant_id, sent_at, visible_at, receive_count
 FROM messages
-WHERE visible_at <= :now
-ORDER BY sent_at, rowid
+WHERE tenant_id = :tenant_id AND visible_at <= :now
+ORDER BY visible_at, rowid
 LIMIT :limit;
 
 -- name: any_visible
@@ -23,8 +35,10 @@ UPDATE messages SET
 WHERE id = :id;
 
 -- name: copy_to_dead_letters
-INSERT INTO dead_letters (id, message_id, body, sent_at, receive_count, dead_lettered_at)
-SELECT :dead_letter_id, id, body, sent_at, receive_count, :now
+INSERT INTO dead_letters (
+    id, message_id, body, sent_at, receive_count, dead_lettered_at, reason, job_id
+)
+SELECT :dead_letter_id, id, body, sent_at, receive_count, :now, :reason, :job_id
 FROM messages
 WHERE id = :id;
 
@@ -39,8 +53,11 @@ WHERE id = :id AND receipt_token = :token;
 DELETE FROM messages WHERE id = :id AND receipt_token = :token;
 
 -- name: list_dead_letters
-SELECT id, body, receive_count, dead_lettered_at
+-- Letters of job messages only: an undecodable one names no job, and stays for an
+-- operator without blocking the letters behind it.
+SELECT id, body, receive_count, dead_lettered_at, reason
 FROM dead_letters
+WHERE job_id IS NOT NULL
 ORDER BY dead_lettered_at, rowid
 LIMIT :limit;
 

@@ -66,6 +66,9 @@ def job_params(job: Job) -> dict[str, Any]:
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "completed_at": job.completed_at,
+        "revision": job.revision,
+        "event_seq": job.event_seq,
+        "deliveries_without_outcome": job.deliveries_without_outcome,
     }
 
 
@@ -104,6 +107,9 @@ def job_from_row(row: sqlite3.Row) -> Job:
         error=error,
         traceparent=row["traceparent"],
         completed_at=row["completed_at"],
+        revision=row["revision"],
+        event_seq=row["event_seq"],
+        deliveries_without_outcome=row["deliveries_without_outcome"],
     )
 
 

@@ -2,51 +2,58 @@
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.sqlite.sql import JOBS
-from ferryman.core import job as rules
-from ferryman.core.errors import FailureClass
-from ferryman.core.job import EventKind
-from ferryman.ports.store import JobPage, LeaseStatus
+from ferryman.core.errors import StoreUnavailableError
+from ferryman.ports.store import JobPage, TenantUsage
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Callable
+    from collections.abc import Collection
 
     from ferryman.adapters.sqlite.database import SqliteDatabase
-    from ferryman.core.job import Attempt, AttemptReport, Event, Job, JobError, JobStatus
-    from ferryman.ports.store import Accepted, ClaimResult
+    from ferryman.core.changes import Change
+    from ferryman.core.clock import Clock
+    from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.ports.store import Accepted
+
+# A write refused this recently still makes the store not ready, even if the probe's
+# own small write got through (a nearly full disk takes some writes and not others).
+WRITE_FAILURE_MEMORY_SECONDS = 10.0
 
 # Above every job_id ("gen_" + ULID, ASCII): the first page's upper bound.
 _FIRST_PAGE = "\U0010ffff"
 
 
 class SqliteJobStore:
-    """Every change is one write op of the group-commit writer (one BEGIN IMMEDIATE)."""
+    """Every write is one op of the group-commit writer (one BEGIN IMMEDIATE)."""
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: SqliteDatabase, *, clock: Clock | None = None) -> None:
         self._db = db
+        self._clock = clock
 
     @property
     def enqueues_with_job(self) -> bool:
         return True
 
-    async def create(
-        self, job: Job, *, idempotency_expires_at: float | None, now: float
-    ) -> Accepted:
+    async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
         accepted = await self._db.write(
-            partial(jobops.create, job=job, idempotency_expires_at=idempotency_expires_at, now=now)
+            partial(jobops.create, change=change, idempotency_expires_at=idempotency_expires_at)
         )
-        if accepted.created:
+        if accepted.created and change.enqueue:
             self._db.wakeup.notify()
         return accepted
 
-    async def mark_dispatched(self, job_id: str, *, now: float) -> None:
-        await self._db.write(partial(jobops.mark_dispatched, job_id=job_id, now=now))
+    async def apply(self, change: Change) -> bool:
+        applied = await self._db.write(partial(jobops.apply, change=change))
+        if applied and change.enqueue:
+            self._db.wakeup.notify()
+        return applied
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
         job = await self._db.read(partial(jobops.load, job_id=job_id))
@@ -81,187 +88,6 @@ class SqliteJobStore:
             return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id)
         return JobPage(jobs=jobs, next_cursor=None)
 
-    async def claim(
-        self, job_id: str, *, attempt_id: str, worker_id: str, now: float, lease_until: float
-    ) -> ClaimResult:
-        return await self._db.write(
-            partial(
-                jobops.claim,
-                job_id=job_id,
-                attempt_id=attempt_id,
-                worker_id=worker_id,
-                now=now,
-                lease_until=lease_until,
-            )
-        )
-
-    async def renew_lease(
-        self, job_id: str, *, attempt_id: str, now: float, lease_until: float
-    ) -> LeaseStatus:
-        def op(conn: sqlite3.Connection) -> LeaseStatus:
-            job = jobops.owned(conn, job_id, attempt_id, now=now)
-            if job is None:
-                current = jobops.load(conn, job_id)
-                return LeaseStatus(
-                    held=False, cancel_requested=bool(current and current.cancel_requested)
-                )
-            renewed = rules.renew_lease(
-                job, attempt_id=attempt_id, now=now, lease_until=lease_until
-            )
-            jobops.save(conn, renewed)
-            return LeaseStatus(held=True, cancel_requested=renewed.cancel_requested)
-
-        return await self._db.write(op)
-
-    async def succeed(
-        self, job_id: str, *, attempt_id: str, now: float, result_ref: str, report: AttemptReport
-    ) -> bool:
-        return await self._owner_ends_attempt(
-            job_id,
-            attempt_id,
-            now=now,
-            report=report,
-            transition=partial(
-                rules.succeed, attempt_id=attempt_id, now=now, result_ref=result_ref
-            ),
-            kind=EventKind.SUCCEEDED,
-            detail={"result_ref": result_ref},
-        )
-
-    async def schedule_retry(
-        self,
-        job_id: str,
-        *,
-        attempt_id: str,
-        now: float,
-        not_before: float,
-        error: JobError,
-        report: AttemptReport,
-    ) -> bool:
-        return await self._owner_ends_attempt(
-            job_id,
-            attempt_id,
-            now=now,
-            report=report,
-            transition=partial(
-                rules.schedule_retry,
-                attempt_id=attempt_id,
-                now=now,
-                not_before=not_before,
-                error=error,
-            ),
-            kind=EventKind.RETRY_SCHEDULED,
-            detail={"not_before": not_before, **jobops.error_detail(error)},
-        )
-
-    async def fail(
-        self, job_id: str, *, attempt_id: str, now: float, error: JobError, report: AttemptReport
-    ) -> bool:
-        # A delivery-level failure spends no model-failure budget.
-        counts = error.failure_class is not FailureClass.DELIVERY
-        return await self._owner_ends_attempt(
-            job_id,
-            attempt_id,
-            now=now,
-            report=report,
-            transition=partial(
-                rules.fail, attempt_id=attempt_id, now=now, error=error, counts=counts
-            ),
-            kind=EventKind.FAILED,
-            detail=jobops.error_detail(error),
-        )
-
-    async def finish_cancelled(
-        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
-    ) -> bool:
-        return await self._owner_ends_attempt(
-            job_id,
-            attempt_id,
-            now=now,
-            report=report,
-            transition=partial(rules.cancelled, now=now),
-            kind=EventKind.CANCELLED,
-        )
-
-    async def release(
-        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
-    ) -> bool:
-        return await self._owner_ends_attempt(
-            job_id,
-            attempt_id,
-            now=now,
-            report=report,
-            transition=partial(rules.release, attempt_id=attempt_id, now=now),
-            kind=EventKind.RELEASED,
-        )
-
-    async def _owner_ends_attempt(
-        self,
-        job_id: str,
-        attempt_id: str,
-        *,
-        now: float,
-        report: AttemptReport,
-        transition: Callable[[Job], Job],
-        kind: EventKind,
-        detail: dict[str, Any] | None = None,
-    ) -> bool:
-        """One write: if the attempt still owns the job, apply the core transition,
-        close the attempt with its report and record the event. False otherwise."""
-
-        def op(conn: sqlite3.Connection) -> bool:
-            job = jobops.owned(conn, job_id, attempt_id, now=now)
-            if job is None:
-                return False
-            return jobops.finish(
-                conn,
-                transition(job),
-                attempt_id,
-                now=now,
-                report=report,
-                kind=kind,
-                detail=detail or {},
-            )
-
-        return await self._db.write(op)
-
-    async def end_attempt(
-        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
-    ) -> None:
-        await self._db.write(
-            partial(
-                jobops.end_attempt, job_id=job_id, attempt_id=attempt_id, now=now, report=report
-            )
-        )
-
-    async def request_cancel(self, job_id: str, *, tenant_id: str, now: float) -> Job:
-        return await self._db.write(
-            partial(jobops.request_cancel, job_id=job_id, tenant_id=tenant_id, now=now)
-        )
-
-    async def fail_unowned(
-        self, job_id: str, *, now: float, error: JobError, kind: EventKind, detail: dict[str, Any]
-    ) -> Job | None:
-        return await self._db.write(
-            partial(
-                jobops.fail_unowned, job_id=job_id, now=now, error=error, kind=kind, detail=detail
-            )
-        )
-
-    async def replay(self, job_id: str, *, now: float, actor: str, reason: str) -> Job:
-        job = await self._db.write(
-            partial(jobops.replay, job_id=job_id, now=now, actor=actor, reason=reason)
-        )
-        self._db.wakeup.notify()
-        return job
-
-    async def record_event(
-        self, job_id: str, kind: EventKind, *, now: float, detail: dict[str, Any] | None = None
-    ) -> None:
-        await self._db.write(
-            partial(jobops.record_event, job_id=job_id, kind=kind, now=now, detail=detail)
-        )
-
     async def events(self, job_id: str) -> list[Event]:
         def op(conn: sqlite3.Connection) -> list[Event]:
             rows = conn.execute(JOBS["list_events"], {"job_id": job_id}).fetchall()
@@ -280,9 +106,49 @@ class SqliteJobStore:
         params = {"cutoff": now - older_than_seconds, "limit": max(0, limit)}
         return await self._db.read(partial(_select_jobs, query=JOBS["stalled_jobs"], params=params))
 
-    async def ping(self) -> None:
+    async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
+        return await self._db.read(partial(_job_ids, block="cancel_requested", job_ids=job_ids))
+
+    async def existing(self, job_ids: Collection[str]) -> set[str]:
+        return await self._db.read(partial(_job_ids, block="existing_jobs", job_ids=job_ids))
+
+    async def usage(self, tenant_id: str) -> TenantUsage:
+        def op(conn: sqlite3.Connection) -> TenantUsage:
+            row = conn.execute(JOBS["tenant_usage"], {"tenant_id": tenant_id}).fetchone()
+            if row is None:
+                return TenantUsage(unfinished=0, stored=0)
+            return TenantUsage(unfinished=row["unfinished"], stored=row["stored"])
+
+        return await self._db.read(op)
+
+    async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
+        return await self._db.write(
+            partial(jobops.purge_finished, completed_before=completed_before, limit=limit)
+        )
+
+    async def purge_expired_keys(self, *, now: float, limit: int) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(JOBS["delete_expired_keys"], {"now": now, "limit": max(0, limit)})
+            return cursor.rowcount
+
+        return await self._db.write(op)
+
+    async def ping(self, *, write: bool = False) -> None:
         await self._db.read(lambda conn: conn.execute(JOBS["ping"]).fetchone())
+        if write:
+            # Goes through the group-commit writer like every other write, so it fails
+            # exactly when they do (a locked file, a full disk).
+            at = self._clock.now() if self._clock is not None else 0.0
+            await self._db.write(lambda conn: conn.execute(JOBS["write_probe"], {"at": at}))
+            failure = self._db.recent_write_failure(WRITE_FAILURE_MEMORY_SECONDS)
+            if failure is not None:
+                raise StoreUnavailableError(f"a write failed in the last seconds: {failure}")
 
 
 def _select_jobs(conn: sqlite3.Connection, *, query: str, params: dict[str, Any]) -> list[Job]:
     return [job_from_row(row) for row in conn.execute(query, params).fetchall()]
+
+
+def _job_ids(conn: sqlite3.Connection, *, block: str, job_ids: Collection[str]) -> set[str]:
+    rows = conn.execute(JOBS[block], {"job_ids": json.dumps(list(job_ids))}).fetchall()
+    return {row["job_id"] for row in rows}

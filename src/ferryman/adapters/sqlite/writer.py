@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ferryman.adapters.batching import BatchingThread, ClosedError, Outcome
@@ -48,6 +49,10 @@ class GroupCommitWriter:
         self._thread: BatchingThread[Callable[[sqlite3.Connection], Any]] = BatchingThread(
             self._commit_batch, max_batch=max_batch, name=name
         )
+        # The latest write the engine refused (a locked file, a full disk), on the
+        # monotonic clock: readiness reports it for a while after it happened.
+        self.last_failure_at: float | None = None
+        self.last_failure: str | None = None
 
     @property
     def commits(self) -> int:
@@ -77,6 +82,7 @@ class GroupCommitWriter:
         except sqlite3.Error as exc:
             # Nothing of this batch was committed: every caller gets the failure.
             self._rollback()
+            self._note_failure(exc)
             failed = Outcome(error=unavailable(exc))
             return [failed] * len(ops)
         return outcomes
@@ -90,9 +96,16 @@ class GroupCommitWriter:
             # ROLLBACK TO fails and the batch fails as one (nothing was committed).
             self._conn.execute("ROLLBACK TO op")
             self._conn.execute("RELEASE op")
-            return Outcome(error=unavailable(exc) if isinstance(exc, sqlite3.Error) else exc)
+            if isinstance(exc, sqlite3.Error):
+                self._note_failure(exc)
+                return Outcome(error=unavailable(exc))
+            return Outcome(error=exc)
         self._conn.execute("RELEASE op")
         return Outcome(value=value)
+
+    def _note_failure(self, exc: sqlite3.Error) -> None:
+        self.last_failure = f"{type(exc).__name__}: {exc}"
+        self.last_failure_at = time.monotonic()
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:

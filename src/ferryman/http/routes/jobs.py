@@ -28,7 +28,6 @@ async def submit(request: Request, principal: Tenant) -> JSONResponse:
             input=body.input,
             model=body.model,
             metadata=body.metadata,
-            webhook_url=body.webhook_url,
         ),
         idempotency_key=request.headers.get("idempotency-key"),
         correlation_id=info.correlation_id,

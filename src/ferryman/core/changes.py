@@ -1,0 +1,375 @@
+"""What each transition writes: the job after it, its events, and the attempt rows it
+opens or closes.
+
+Which events and attempt rows go with a transition is a rule, and it lives here
+once. Every engine persists a ``Change`` exactly as given, in one conditional write:
+the job row is replaced only if its revision is still the one the change was
+computed from (``Change.expected_revision``); then the events are appended, the
+attempt rows opened or closed, and (where the engine can) the queue message sent,
+all in the same transaction. A change whose condition fails is recomputed from the
+job as it now is (services/ledger.py), so a rule is always applied to current facts.
+
+Every change advances ``revision`` by one and numbers its events after the job's
+``event_seq``, so no engine needs a query to number them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ferryman.core import job as rules
+from ferryman.core.errors import FailureClass, StaleFenceError
+from ferryman.core.job import (
+    DEAD_LETTERED_CODE,
+    Attempt,
+    AttemptOutcome,
+    AttemptReport,
+    DispatchState,
+    Event,
+    EventKind,
+    Job,
+    JobError,
+    JobStatus,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnding:
+    """How an attempt ended, to be written onto its row.
+
+    An attempt keeps its first ending, except that ``abandoned`` (set by a takeover or
+    a dead-letter while its worker was out of sight) may be replaced by the worker's
+    own account when ``replaces_abandoned``: the worker survived and knows better.
+    """
+
+    attempt_id: str
+    ended_at: float
+    report: AttemptReport
+    replaces_abandoned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    before: Job | None  # None: the job is new
+    after: Job
+    at: float  # when the change happens (the caller's clock)
+    events: tuple[Event, ...] = ()
+    opened: Attempt | None = None
+    closed: tuple[AttemptEnding, ...] = ()
+    # A new queue message goes with this change (engines that enqueue with the job).
+    enqueue: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return self.after.job_id
+
+    @property
+    def expected_revision(self) -> int:
+        """The revision the stored job must still have for this change to apply."""
+        return 0 if self.before is None else self.before.revision
+
+    @property
+    def backlog_delta(self) -> int:
+        """How the tenant's count of unfinished jobs moves (quotas)."""
+        was = self.before is not None and not self.before.status.terminal
+        return int(not self.after.status.terminal) - int(was)
+
+
+def _change(
+    before: Job | None,
+    after: Job,
+    *,
+    now: float,
+    events: Sequence[tuple[EventKind, dict[str, Any]]] = (),
+    opened: Attempt | None = None,
+    closed: Sequence[AttemptEnding] = (),
+    enqueue: bool = False,
+) -> Change:
+    revision = 0 if before is None else before.revision
+    seq = 0 if before is None else before.event_seq
+    numbered = tuple(
+        Event(job_id=after.job_id, seq=seq + i, at=now, kind=kind, detail=detail)
+        for i, (kind, detail) in enumerate(events, start=1)
+    )
+    stamped = dataclasses.replace(after, revision=revision + 1, event_seq=seq + len(numbered))
+    return Change(
+        before=before,
+        after=stamped,
+        at=now,
+        events=numbered,
+        opened=opened,
+        closed=tuple(closed),
+        enqueue=enqueue,
+    )
+
+
+def _error_detail(error: JobError) -> dict[str, Any]:
+    return {"error_code": error.code, "failure_class": str(error.failure_class)}
+
+
+# --- intake and dispatch ------------------------------------------------------------
+
+
+def accept(job: Job, *, now: float, dispatched: bool) -> Change:
+    """A new job. ``dispatched``: the engine writes its message in the same transaction."""
+    after = dataclasses.replace(
+        job,
+        status=JobStatus.QUEUED,
+        dispatch_state=DispatchState.DISPATCHED if dispatched else DispatchState.PENDING,
+        revision=0,
+        event_seq=0,
+    )
+    events: list[tuple[EventKind, dict[str, Any]]] = [(EventKind.ACCEPTED, {})]
+    if dispatched:
+        events.append((EventKind.DISPATCHED, {}))
+    return _change(None, after, now=now, events=events, enqueue=dispatched)
+
+
+def mark_dispatched(job: Job, *, now: float, redispatch: bool) -> Change:
+    """The job's message was sent now: by the outbox path after intake or replay, or
+    again by the sweeper (``redispatch``). updated_at moves, so the stalled scan waits
+    for the job to stall anew before offering it again."""
+    after = dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED, updated_at=now)
+    if redispatch:
+        detail = {"status": str(job.status), "dispatch_state": str(job.dispatch_state)}
+        events = [(EventKind.REDISPATCHED, detail)]
+    elif job.dispatch_state is DispatchState.PENDING:
+        events = [(EventKind.DISPATCHED, {})]
+    else:
+        events = []
+    return _change(job, after, now=now, events=events)
+
+
+# --- the worker's claim -------------------------------------------------------------
+
+
+def claim(
+    job: Job,
+    *,
+    attempt_id: str,
+    worker_id: str,
+    now: float,
+    lease_until: float,
+    max_deliveries_without_outcome: int,
+) -> Change:
+    """Claim the job for a new attempt, taking over an expired one (closed as abandoned).
+
+    A takeover is one more delivery that ended without an outcome; once they reach
+    ``max_deliveries_without_outcome`` the job is dead-lettered instead of invoked
+    again (FAILED, ``dead_lettered``), whatever the queue's receive counts say.
+    Raises IllegalTransitionError when the job cannot be claimed now.
+    """
+    claimed = rules.claim(
+        job, attempt_id=attempt_id, worker_id=worker_id, now=now, lease_until=lease_until
+    )
+    abandoned = rules.abandoned_attempt_id(job, now=now)
+    events: list[tuple[EventKind, dict[str, Any]]] = []
+    closed: list[AttemptEnding] = []
+    if abandoned is not None:
+        closed.append(_abandoned(abandoned, now))
+        events.append((EventKind.ATTEMPT_ABANDONED, {"attempt_id": abandoned}))
+    if claimed.deliveries_without_outcome >= max_deliveries_without_outcome:
+        return _dead_letter(job, claimed.deliveries_without_outcome, now, events, closed)
+    opened = Attempt(
+        job_id=job.job_id,
+        attempt_no=claimed.fence,
+        attempt_id=attempt_id,
+        worker_id=worker_id,
+        started_at=now,
+    )
+    detail = {"attempt_id": attempt_id, "attempt_no": claimed.fence, "worker_id": worker_id}
+    events.append((EventKind.CLAIMED, detail))
+    return _change(job, claimed, now=now, events=events, opened=opened, closed=closed)
+
+
+def _dead_letter(
+    job: Job,
+    deliveries: int,
+    now: float,
+    events: list[tuple[EventKind, dict[str, Any]]],
+    closed: list[AttemptEnding],
+) -> Change:
+    error = JobError(
+        code=DEAD_LETTERED_CODE,
+        failure_class=FailureClass.DELIVERY,
+        message=f"{deliveries} deliveries of this job ended without any attempt "
+        "recording an outcome (crashes or lost leases)",
+    )
+    after = dataclasses.replace(
+        rules.fail_unowned(job, now=now, error=error), deliveries_without_outcome=deliveries
+    )
+    events.append((EventKind.DEAD_LETTERED, {"deliveries_without_outcome": deliveries}))
+    return _change(job, after, now=now, events=events, closed=closed)
+
+
+def _abandoned(attempt_id: str, now: float) -> AttemptEnding:
+    return AttemptEnding(
+        attempt_id=attempt_id,
+        ended_at=now,
+        report=AttemptReport(outcome=AttemptOutcome.ABANDONED),
+    )
+
+
+def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) -> Change:
+    """The owner's heartbeat. Raises StaleFenceError when it no longer owns the job."""
+    renewed = rules.renew_lease(job, attempt_id=attempt_id, now=now, lease_until=lease_until)
+    return _change(job, renewed, now=now)
+
+
+# --- how the owning attempt ends ----------------------------------------------------
+# A requested cancel wins over every ending: success, retry or failure. The attempt
+# keeps its own account (failure class, tokens), but its outcome is ``cancelled``
+# and the job ends CANCELLED.
+
+
+def succeed(
+    job: Job, *, attempt_id: str, now: float, result_ref: str, report: AttemptReport
+) -> Change:
+    """Publish. Raises StaleFenceError when the attempt no longer owns the job."""
+    if _cancel_wins(job, attempt_id, now):
+        return _owner_cancelled(job, attempt_id, now, report)
+    after = rules.succeed(job, attempt_id=attempt_id, now=now, result_ref=result_ref)
+    return _owner_ends(
+        job, after, attempt_id, now, report, EventKind.SUCCEEDED, {"result_ref": result_ref}
+    )
+
+
+def schedule_retry(
+    job: Job,
+    *,
+    attempt_id: str,
+    now: float,
+    not_before: float,
+    error: JobError,
+    report: AttemptReport,
+) -> Change:
+    if _cancel_wins(job, attempt_id, now):
+        return _owner_cancelled(job, attempt_id, now, report)
+    after = rules.schedule_retry(
+        job, attempt_id=attempt_id, now=now, not_before=not_before, error=error
+    )
+    detail = {"not_before": not_before, **_error_detail(error)}
+    return _owner_ends(job, after, attempt_id, now, report, EventKind.RETRY_SCHEDULED, detail)
+
+
+def fail(
+    job: Job, *, attempt_id: str, now: float, error: JobError, report: AttemptReport
+) -> Change:
+    if _cancel_wins(job, attempt_id, now):
+        return _owner_cancelled(job, attempt_id, now, report)
+    # A delivery-level failure spends no model-failure budget.
+    counts = error.failure_class is not FailureClass.DELIVERY
+    after = rules.fail(job, attempt_id=attempt_id, now=now, error=error, counts=counts)
+    return _owner_ends(job, after, attempt_id, now, report, EventKind.FAILED, _error_detail(error))
+
+
+def finish_cancelled(job: Job, *, attempt_id: str, now: float, report: AttemptReport) -> Change:
+    """The owner stopped its call because a cancel was requested."""
+    if not rules.is_owned_by(job, attempt_id, now=now):
+        raise StaleFenceError()
+    return _owner_cancelled(job, attempt_id, now, report)
+
+
+def release(job: Job, *, attempt_id: str, now: float, report: AttemptReport) -> Change:
+    """The owner gives the job back (shutdown): the attempt ends abandoned, one RELEASED."""
+    after = rules.release(job, attempt_id=attempt_id, now=now)
+    return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, {})
+
+
+def lease_lost(
+    job: Job, attempt: Attempt | None, *, now: float, report: AttemptReport
+) -> Change | None:
+    """An attempt that lost its lease says so; the job itself is someone else's now.
+
+    None when the attempt already ended with an outcome of its own (only a takeover's
+    ``abandoned`` is corrected), so the fact is recorded once."""
+    if attempt is None or attempt.outcome not in (None, AttemptOutcome.ABANDONED):
+        return None
+    attempt_id = attempt.attempt_id
+    ending = AttemptEnding(
+        attempt_id=attempt_id, ended_at=now, report=report, replaces_abandoned=True
+    )
+    events = [(EventKind.LEASE_LOST, {"attempt_id": attempt_id})]
+    return _change(job, job, now=now, events=events, closed=[ending])
+
+
+def _cancel_wins(job: Job, attempt_id: str, now: float) -> bool:
+    if not rules.is_owned_by(job, attempt_id, now=now):
+        raise StaleFenceError()
+    return job.cancel_requested
+
+
+def _owner_cancelled(job: Job, attempt_id: str, now: float, report: AttemptReport) -> Change:
+    after = rules.cancelled(job, now=now)
+    cancelled = dataclasses.replace(report, outcome=AttemptOutcome.CANCELLED)
+    return _owner_ends(job, after, attempt_id, now, cancelled, EventKind.CANCELLED, {})
+
+
+def _owner_ends(
+    before: Job,
+    after: Job,
+    attempt_id: str,
+    now: float,
+    report: AttemptReport,
+    kind: EventKind,
+    detail: dict[str, Any],
+) -> Change:
+    ending = AttemptEnding(attempt_id=attempt_id, ended_at=now, report=report)
+    events = [(kind, {"attempt_id": attempt_id, **detail})]
+    return _change(before, after, now=now, events=events, closed=[ending])
+
+
+# --- clients, operators and the sweeper ----------------------------------------------
+
+
+def request_cancel(job: Job, *, now: float) -> Change | None:
+    """A waiting job is CANCELLED at once; a running one is asked to stop. None when
+    the cancel was already requested (nothing new happens, nothing is recorded).
+    Raises IllegalTransitionError for a finished job."""
+    after = rules.request_cancel(job, now=now)
+    if after is job:
+        return None
+    kind = EventKind.CANCELLED if after.status.terminal else EventKind.CANCEL_REQUESTED
+    return _change(job, after, now=now, events=[(kind, {})])
+
+
+def fail_unowned(
+    job: Job, *, now: float, error: JobError, kind: EventKind, detail: dict[str, Any]
+) -> Change:
+    """Fail a job no live attempt owns; an attempt left open by a crash ends abandoned.
+    Raises IllegalTransitionError when the job is finished or a live attempt owns it."""
+    after = rules.fail_unowned(job, now=now, error=error)
+    closed = []
+    if job.status is JobStatus.PROCESSING and job.attempt_id is not None:
+        closed.append(_abandoned(job.attempt_id, now))
+    return _change(job, after, now=now, events=[(kind, dict(detail))], closed=closed)
+
+
+def replay(
+    job: Job,
+    *,
+    now: float,
+    actor: str,
+    reason: str,
+    include_failed: bool,
+    dispatched: bool,
+) -> Change:
+    """An operator's replay (core.job.replay) with a REPLAYED event saying who and why."""
+    after = rules.replay(job, now=now, include_failed=include_failed)
+    events: list[tuple[EventKind, dict[str, Any]]] = [
+        (EventKind.REPLAYED, {"actor": actor, "reason": reason})
+    ]
+    if dispatched:
+        after = dataclasses.replace(after, dispatch_state=DispatchState.DISPATCHED)
+        events.append((EventKind.DISPATCHED, {}))
+    return _change(job, after, now=now, events=events, enqueue=dispatched)
+
+
+def note(job: Job, kind: EventKind, *, now: float, detail: dict[str, Any]) -> Change:
+    """An event about the job that changes nothing else (a duplicate delivery)."""
+    return _change(job, job, now=now, events=[(kind, dict(detail))])

@@ -1,0 +1,411 @@
+"""The ledger: every change to a job, as read, decide (core), apply-if-unchanged.
+
+Each verb reads the job (or starts from a version the caller already holds), asks
+``core.changes`` for the change a transition makes, and asks the engine to apply it
+only if the job's revision has not moved. When it has (a heartbeat, a cancel
+request, another worker), the job is read again and the rule applied again to the
+current facts: a rule is never applied to a stale job, and no engine decides a rule
+itself. Conflicts are short-lived by construction (each writer retries at once with
+what it just read), so a small bound on retries is a safety net, not a policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ferryman.core import changes
+from ferryman.core.errors import (
+    AlreadyTerminalError,
+    IllegalTransitionError,
+    JobNotFoundError,
+    StaleFenceError,
+    StateConflictError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    from ferryman.core.changes import Change
+    from ferryman.core.job import (
+        Attempt,
+        AttemptReport,
+        Event,
+        EventKind,
+        Job,
+        JobError,
+        JobStatus,
+    )
+    from ferryman.ports.store import Accepted, JobPage, JobStore, TenantUsage
+
+# Every retry follows a fresh read, so only a job changing faster than we can read it
+# would exhaust this.
+MAX_CONFLICTS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """The job after a claim, or as found when it could not be claimed.
+
+    ``dead_lettered``: instead of a new attempt, the claim found that too many
+    deliveries had ended without an outcome and failed the job (core.changes.claim).
+    """
+
+    job: Job
+    claimed: bool
+    abandoned_attempt_id: str | None = None
+    dead_lettered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatus:
+    held: bool
+    cancel_requested: bool = False
+    # The job as this renewal left it (or found it): the owner's latest known version.
+    job: Job | None = None
+
+
+class JobLedger:
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+
+    @property
+    def store(self) -> JobStore:
+        return self._store
+
+    @property
+    def enqueues_with_job(self) -> bool:
+        return self._store.enqueues_with_job
+
+    # --- the one write loop -----------------------------------------------------
+
+    async def _mutate(
+        self, job_id: str, rule: Callable[[Job], Change | None], *, known: Job | None = None
+    ) -> tuple[Job, Change | None]:
+        """Apply ``rule`` to the current job until its change lands (or it wants none).
+
+        Returns the job as the change left it (or as found, with None). The rule's own
+        exceptions (IllegalTransitionError, StaleFenceError) propagate unchanged.
+        """
+        job = known
+        for _ in range(MAX_CONFLICTS):
+            if job is None:
+                job = await self._store.get(job_id)
+                if job is None:
+                    raise JobNotFoundError()
+            change = rule(job)
+            if change is None:
+                return job, None
+            if await self._store.apply(change):
+                return change.after, change
+            job = None  # it moved under us: read it again
+        raise StateConflictError(f"job {job_id} kept changing; gave up after {MAX_CONFLICTS}")
+
+    async def _owner_write(
+        self, job_id: str, rule: Callable[[Job], Change], *, known: Job | None
+    ) -> Job | None:
+        """An owning attempt's write: the job after it, or None if the attempt lost it."""
+        try:
+            job, _ = await self._mutate(job_id, rule, known=known)
+        except (StaleFenceError, JobNotFoundError):
+            return None
+        return job
+
+    # --- intake and dispatch -----------------------------------------------------
+
+    async def create(
+        self, job: Job, *, idempotency_expires_at: float | None, now: float
+    ) -> Accepted:
+        change = changes.accept(job, now=now, dispatched=self._store.enqueues_with_job)
+        return await self._store.create(change, idempotency_expires_at=idempotency_expires_at)
+
+    async def mark_dispatched(self, job_id: str, *, now: float, redispatch: bool = False) -> None:
+        """Its message was (re)sent now. A job gone meanwhile needs nothing."""
+        try:
+            await self._mutate(
+                job_id, lambda job: changes.mark_dispatched(job, now=now, redispatch=redispatch)
+            )
+        except JobNotFoundError:
+            return
+
+    # --- the worker ----------------------------------------------------------------
+
+    async def claim(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        worker_id: str,
+        now: float,
+        lease_until: float,
+        max_deliveries_without_outcome: int,
+        known: Job | None = None,
+    ) -> ClaimResult:
+        def rule(job: Job) -> Change | None:
+            try:
+                return changes.claim(
+                    job,
+                    attempt_id=attempt_id,
+                    worker_id=worker_id,
+                    now=now,
+                    lease_until=lease_until,
+                    max_deliveries_without_outcome=max_deliveries_without_outcome,
+                )
+            except IllegalTransitionError:
+                return None
+
+        job, change = await self._mutate(job_id, rule, known=known)
+        if change is None:
+            return ClaimResult(job=job, claimed=False)
+        abandoned = change.closed[0].attempt_id if change.closed else None
+        if change.opened is None:
+            return ClaimResult(
+                job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
+            )
+        return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)
+
+    async def renew_lease(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        lease_until: float,
+        known: Job | None = None,
+    ) -> LeaseStatus:
+        try:
+            job, _ = await self._mutate(
+                job_id,
+                lambda job: changes.renew_lease(
+                    job, attempt_id=attempt_id, now=now, lease_until=lease_until
+                ),
+                known=known,
+            )
+        except JobNotFoundError:
+            return LeaseStatus(held=False)
+        except StaleFenceError:
+            current = await self._store.get(job_id)
+            return LeaseStatus(
+                held=False, cancel_requested=bool(current and current.cancel_requested), job=current
+            )
+        return LeaseStatus(held=True, cancel_requested=job.cancel_requested, job=job)
+
+    async def succeed(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        result_ref: str,
+        report: AttemptReport,
+        known: Job | None = None,
+    ) -> Job | None:
+        """Publish (or, when a cancel was requested meanwhile, end CANCELLED). None: the
+        attempt no longer owns the job and nothing was written."""
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.succeed(
+                job, attempt_id=attempt_id, now=now, result_ref=result_ref, report=report
+            ),
+            known=known,
+        )
+
+    async def schedule_retry(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        not_before: float,
+        error: JobError,
+        report: AttemptReport,
+        known: Job | None = None,
+    ) -> Job | None:
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.schedule_retry(
+                job,
+                attempt_id=attempt_id,
+                now=now,
+                not_before=not_before,
+                error=error,
+                report=report,
+            ),
+            known=known,
+        )
+
+    async def fail(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        error: JobError,
+        report: AttemptReport,
+        known: Job | None = None,
+    ) -> Job | None:
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.fail(
+                job, attempt_id=attempt_id, now=now, error=error, report=report
+            ),
+            known=known,
+        )
+
+    async def finish_cancelled(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        report: AttemptReport,
+        known: Job | None = None,
+    ) -> Job | None:
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.finish_cancelled(
+                job, attempt_id=attempt_id, now=now, report=report
+            ),
+            known=known,
+        )
+
+    async def release(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        report: AttemptReport,
+        known: Job | None = None,
+    ) -> Job | None:
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.release(job, attempt_id=attempt_id, now=now, report=report),
+            known=known,
+        )
+
+    async def end_attempt(
+        self, job_id: str, *, attempt_id: str, now: float, report: AttemptReport
+    ) -> None:
+        """Record why an attempt that lost its job ended; the job itself is left alone."""
+        attempt = next(
+            (a for a in await self._store.attempts(job_id) if a.attempt_id == attempt_id), None
+        )
+        try:
+            await self._mutate(
+                job_id, lambda job: changes.lease_lost(job, attempt, now=now, report=report)
+            )
+        except JobNotFoundError:
+            return
+
+    # --- clients, operators and the sweeper ----------------------------------------
+
+    async def request_cancel(self, job_id: str, *, tenant_id: str, now: float) -> Job:
+        """Raises JobNotFoundError (also for another tenant's job), AlreadyTerminalError."""
+        job = await self._store.get(job_id, tenant_id=tenant_id)
+        if job is None:
+            raise JobNotFoundError()
+        try:
+            after, _ = await self._mutate(
+                job_id, lambda current: changes.request_cancel(current, now=now), known=job
+            )
+        except IllegalTransitionError:
+            raise AlreadyTerminalError() from None
+        return after
+
+    async def fail_unowned(
+        self, job_id: str, *, now: float, error: JobError, kind: EventKind, detail: dict[str, Any]
+    ) -> Job | None:
+        """None when the job is gone, finished, or owned by a live attempt."""
+        try:
+            job, _ = await self._mutate(
+                job_id,
+                lambda job: changes.fail_unowned(
+                    job, now=now, error=error, kind=kind, detail=detail
+                ),
+            )
+        except (JobNotFoundError, IllegalTransitionError):
+            return None
+        return job
+
+    async def replay(
+        self, job_id: str, *, now: float, actor: str, reason: str, include_failed: bool = False
+    ) -> Job:
+        """Raises JobNotFoundError, IllegalTransitionError (core.job.replay's rules)."""
+        dispatched = self._store.enqueues_with_job
+        job, _ = await self._mutate(
+            job_id,
+            lambda job: changes.replay(
+                job,
+                now=now,
+                actor=actor,
+                reason=reason,
+                include_failed=include_failed,
+                dispatched=dispatched,
+            ),
+        )
+        return job
+
+    async def record_event(
+        self, job_id: str, kind: EventKind, *, now: float, detail: dict[str, Any] | None = None
+    ) -> None:
+        """Record an event about a job (nothing if the job is gone)."""
+        try:
+            await self._mutate(
+                job_id, lambda job: changes.note(job, kind, now=now, detail=detail or {})
+            )
+        except JobNotFoundError:
+            return
+
+    # --- reads ------------------------------------------------------------------
+
+    async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
+        return await self._store.get(job_id, tenant_id=tenant_id)
+
+    async def list_jobs(
+        self,
+        *,
+        tenant_id: str | None,
+        status: JobStatus | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        return await self._store.list_jobs(
+            tenant_id=tenant_id,
+            status=status,
+            task=task,
+            error_code=error_code,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def events(self, job_id: str) -> list[Event]:
+        return await self._store.events(job_id)
+
+    async def attempts(self, job_id: str) -> list[Attempt]:
+        return await self._store.attempts(job_id)
+
+    async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
+        return await self._store.stalled(
+            now=now, older_than_seconds=older_than_seconds, limit=limit
+        )
+
+    async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
+        return await self._store.cancel_requested(job_ids) if job_ids else set()
+
+    async def usage(self, tenant_id: str) -> TenantUsage:
+        return await self._store.usage(tenant_id)
+
+    async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
+        return await self._store.purge_finished(completed_before=completed_before, limit=limit)
+
+    async def purge_expired_keys(self, *, now: float, limit: int) -> int:
+        return await self._store.purge_expired_keys(now=now, limit=limit)
+
+    async def existing(self, job_ids: Collection[str]) -> set[str]:
+        return await self._store.existing(job_ids) if job_ids else set()
+
+    async def ping(self, *, write: bool = False) -> None:
+        await self._store.ping(write=write)
