@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
+
+import pytest
 
 from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue
 from ferryman.core.ids import new_job_id
@@ -125,3 +128,69 @@ async def test_an_empty_receive_waits_about_wait_seconds(db, clock) -> None:
         await queue.receive(max_messages=1, visibility_timeout_seconds=30, wait_seconds=0.1) == []
     )
     assert 0.09 <= time.monotonic() - started < 1
+
+
+def _insert_raw(db_path, body: str, *, tenant_id: str = "t1", at: float = 0.0) -> None:
+    """A message written by something other than this code (a bug, an operator, a newer
+    version): only its body differs from ours."""
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.execute(
+            "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count) "
+            "VALUES (?, ?, ?, ?, ?, 0)",
+            (f"msg_raw_{abs(hash(body))}", body, tenant_id, at, at),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{not json",
+        "[1, 2, 3]",
+        '{"tenant_id": "t1"}',  # no job id
+        '{"job_id": 7, "tenant_id": "t1"}',
+        '{"job_id": "gen_1", "tenant_id": "t1", "payload_version": "two"}',
+    ],
+)
+async def test_an_undecodable_message_is_dead_lettered_at_once_and_the_rest_flow(
+    db, db_path, clock, body
+) -> None:
+    queue = SqliteJobQueue(db, clock=clock, max_receives=10)
+    _insert_raw(db_path, body, at=clock.now() - 10)  # the oldest: first in line
+    good = [_message() for _ in range(3)]
+    for message in good:
+        await queue.send(message)
+
+    delivered = await queue.receive(max_messages=10, visibility_timeout_seconds=30)
+
+    assert [d.message.job_id for d in delivered] == [m.job_id for m in good]
+    stats = await queue.stats()
+    assert stats.dead_letters == 1
+    # It names no job, so the sweeper is never handed it; it stays for an operator.
+    assert await queue.receive_dead_letters(max_messages=10) == []
+    conn = sqlite3.connect(db_path)
+    try:
+        row = conn.execute("SELECT reason, job_id, body FROM dead_letters").fetchone()
+    finally:
+        conn.close()
+    assert row == ("undecodable", None, body)
+
+
+async def test_an_unknown_payload_version_is_delivered_for_a_worker_that_knows_it(
+    db, db_path, clock
+) -> None:
+    queue = SqliteJobQueue(db, clock=clock, max_receives=2)
+    body = '{"job_id": "gen_future", "tenant_id": "t1", "payload_version": 99}'
+    _insert_raw(db_path, body, at=clock.now())
+
+    [delivery] = await queue.receive(max_messages=1, visibility_timeout_seconds=1)
+    assert delivery.message.payload_version == 99
+    for _ in range(2):  # never deleted by a worker that does not know it: the budget applies
+        clock.advance(2)
+        await queue.receive(max_messages=1, visibility_timeout_seconds=1)
+
+    [letter] = await queue.receive_dead_letters(max_messages=10)
+    assert (letter.message.job_id, letter.reason) == ("gen_future", "max_receives")
