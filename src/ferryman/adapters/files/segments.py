@@ -60,7 +60,7 @@ class SegmentWriter:
             try:
                 refs = self._append(puts)
             except OSError as exc:
-                self._abandon()
+                self._abandon(after_failure=True)
                 error = exc
                 continue
             return [Outcome(value=ref) for ref in refs]
@@ -86,8 +86,8 @@ class SegmentWriter:
         while written < len(payload):
             written += os.write(self._fd, payload[written:])
         os.fdatasync(self._fd)
-        self._size = position
         self._confirm(start, payload)
+        self._size = position
         return refs
 
     def _intact(self) -> bool:
@@ -127,13 +127,29 @@ class SegmentWriter:
             raise
         self._fd, self._name, self._size = fd, name, 0
 
-    def _abandon(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
+    def _abandon(self, *, after_failure: bool = False) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if after_failure and self._size == 0:
+                # No ref points into it (none was handed out): do not leave one empty
+                # file per failed try while a full disk is being retried.
+                _unlink_if_same(self._root / self._name, fd)
+        finally:
             os.close(fd)  # also drops the shared lock: reclaim may have it once it is sealed
 
     def close(self) -> None:
         self._abandon()
+
+
+def _unlink_if_same(path: Path, fd: int) -> None:
+    try:
+        mine, named = os.fstat(fd), os.stat(path)
+        if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
+            os.unlink(path)
+    except OSError:
+        pass  # gone already, or the disk refuses even this: reclaim can take it later
 
 
 def read_exactly(fd: int, size: int, offset: int) -> bytes:

@@ -133,8 +133,9 @@ def _scan(fd: int, name: str, *, min_age_seconds: float) -> HeldSegment | None:
         while True:
             line = segment.readline(_LEGACY_HEADER_BYTES)
             if not line.endswith(b"\n"):
-                # The end, or a torn record from a crash: its put never returned.
-                return held
+                # At the end: a torn record from a crash (its put never returned).
+                # Before the end: a header too long to be ours, so keep the segment.
+                return held if not segment.read(1) else None
             header = parse_header(line[:-1])
             owner = None if header is None else job_id_of(header.key)
             if header is None or owner is None:
