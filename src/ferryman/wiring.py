@@ -35,6 +35,7 @@ from ferryman.services.intake import Intake, TenantQuotas
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
+from ferryman.services.results import ResultWriter
 from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
@@ -123,6 +124,7 @@ class Runtime:
     store: JobLedger
     queue: JobQueue
     results: ResultStore
+    result_writer: ResultWriter
     keys: ApiKeyStore
     control: ControlStore
     tasks: TaskRegistry
@@ -140,7 +142,7 @@ class Runtime:
         return Worker(
             store=self.store,
             queue=self.queue,
-            results=self.results,
+            results=self.result_writer,
             providers=self.providers,
             tasks=self.tasks,
             control=self.control,
@@ -203,12 +205,16 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
     control = SqliteControlStore(db)
     tasks = builtin_tasks()
     providers: list[ModelProvider] = [SimulatedProvider(scripts=settings.sim_scripts)]
+    # One per process: its view of whether results can be written is what stops this
+    # process's workers taking new calls, and what its /readyz reports.
+    result_writer = ResultWriter(results)
     return Runtime(
         settings=settings,
         clock=clock,
         store=store,
         queue=queue,
         results=results,
+        result_writer=result_writer,
         keys=keys,
         control=control,
         tasks=tasks,
@@ -227,9 +233,13 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
             ),
             sim_scripts=settings.sim_scripts,
         ),
-        jobs=JobQueries(store=store, results=results, clock=clock),
-        operations=Operations(store=store, queue=queue, control=control, clock=clock),
-        retention=Retention(store=store, clock=clock),
+        jobs=JobQueries(
+            store=store, results=results, clock=clock, list_max_bytes=settings.list_max_bytes
+        ),
+        operations=Operations(
+            store=store, queue=queue, control=control, clock=clock, results=result_writer
+        ),
+        retention=Retention(store=store, clock=clock, results=results),
         api_keys=ApiKeys(keys=keys, clock=clock),
         database_path=path if path == ":memory:" else str(Path(path).resolve()),
         results_location=results_location,

@@ -1,4 +1,4 @@
-"""ResultStore, ApiKeyStore and ControlStore."""
+"""ApiKeyStore and ControlStore (the ResultStore has test_result_store.py)."""
 
 from __future__ import annotations
 
@@ -8,31 +8,6 @@ from ferryman.ports.control import Switch
 from ferryman.ports.keys import ApiKeyRecord
 
 pytestmark = pytest.mark.timeout(30)
-
-
-async def test_a_result_round_trips(result_store):
-    data = b'{"answer": "caf\xc3\xa9"}\x00\xff'
-
-    ref = await result_store.put("gen_1/att_1", data)
-    other = await result_store.put("gen_1/att_2", b"second")
-
-    assert isinstance(ref, str)
-    assert ref != other
-    assert await result_store.get(ref) == data
-    assert await result_store.get(other) == b"second"
-
-
-async def test_an_unknown_result_is_a_key_error(result_store):
-    await result_store.put("gen_1/att_1", b"x")
-
-    with pytest.raises(KeyError):
-        await result_store.get("gen_1/att_9-never-stored")
-
-
-async def test_engine_results_round_trip(engine):
-    ref = await engine.results.put("gen_2/att_1", b"ok")
-
-    assert await engine.results.get(ref) == b"ok"
 
 
 async def test_api_keys_are_found_by_their_prefix(engine):

@@ -29,6 +29,7 @@ from ferryman.services.intake import Intake
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
+from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
@@ -101,7 +102,7 @@ class HttpStack:
         return Worker(
             store=self.store,
             queue=self.queue,
-            results=self.results,
+            results=ResultWriter(self.results),
             providers=[self.provider],
             tasks=self.tasks,
             control=self.control,

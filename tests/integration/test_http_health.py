@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
 
+from ferryman.core.errors import StoreUnavailableError
 from ferryman.http.app import create_app
 from ferryman.observability import metrics
 from ferryman.observability.logging import configure_logging, get_logger
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 class BrokenOperations:
     """Operations whose store raises something nobody expected."""
 
-    async def check_ready(self) -> None:
+    async def readiness(self) -> None:
         raise RuntimeError("secret internal detail: password=hunter2")
 
 
@@ -42,6 +44,7 @@ async def test_readyz_when_the_store_answers(
     response = await http_open_client(http_stack.app()).get("/readyz")
 
     assert response.status_code == 200
+    assert response.json()["checks"] == {"store": {"ok": True}, "queue": {"ok": True}}
 
 
 async def test_readyz_is_503_when_the_store_is_unreachable(
@@ -54,8 +57,34 @@ async def test_readyz_is_503_when_the_store_is_unreachable(
 
     response = await client.get("/readyz")
 
-    http_problem(response, 503, "store_unavailable")
+    http_problem(response, 503, "not_ready")
+    assert response.headers["Retry-After"] == "5"
+    checks = response.json()["checks"]
+    assert checks["store"]["ok"] is False and checks["queue"]["ok"] is False
+    assert "closed" in checks["store"]["detail"]
     assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_readyz_is_503_while_writes_fail_though_reads_work(
+    http_stack: HttpStack,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    http_problem: ProblemCheck,
+) -> None:
+    """A locked or full database still answers reads: ready means a write goes through."""
+
+    def refuse(conn: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with pytest.raises(StoreUnavailableError):
+        await http_stack.db.write(refuse)
+
+    response = await http_open_client(http_stack.app()).get("/readyz")
+
+    http_problem(response, 503, "not_ready")
+    checks = response.json()["checks"]
+    assert checks["store"] == {"ok": False, "detail": checks["store"]["detail"]}
+    assert "disk is full" in checks["store"]["detail"]
+    assert checks["queue"]["ok"] is True
 
 
 async def test_metrics_exposes_queue_and_job_series(

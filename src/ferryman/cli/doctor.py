@@ -147,7 +147,7 @@ async def _results_check(runtime: Runtime) -> Check:
     rule = "results location writable"
     try:
         ref = await runtime.results.put(PROBE_KEY, b"ok")
-        readable = await runtime.results.get(ref) == b"ok"
+        readable = await runtime.results.get(ref, key=PROBE_KEY) == b"ok"
     except (OSError, KeyError, ValueError, FerrymanError) as exc:
         return _check(
             rule,

@@ -1,15 +1,51 @@
 """How jobs, events and attempts look on the wire (API.md): plain JSON, times in UTC.
 
 Times are ISO-8601 with millisecond precision and a ``Z``; absent values are null.
+
+Tenants see what their jobs did, never where or how it ran: no worker host or pid,
+no storage reference (``INTERNAL_FIELDS``, left out of attempts and event details).
+Operators see those, and which tenant a job is, but never a job's input or output.
+
+Bodies are encoded with orjson, and a stored result is spliced in as the JSON bytes
+it was stored as (``orjson.Fragment``) instead of being decoded and encoded again.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from fastapi import Query
+from fastapi.responses import JSONResponse
 
 if TYPE_CHECKING:
+    from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
+    from ferryman.services.jobs import JobView
+
+# Where work ran and where data lives: for operators, not for tenants.
+INTERNAL_FIELDS = frozenset({"worker_id", "result_ref"})
+
+# A page cursor is the next_cursor of an earlier page: today the id of the last job
+# it held (``gen_`` and a ULID). Anything else is refused with 422, never read as
+# "from the start" or passed to the store.
+CURSOR_PATTERN = r"^gen_[0-9A-HJKMNP-TV-Z]{26}$"
+Cursor = Annotated[
+    str | None,
+    Query(pattern=CURSOR_PATTERN, description="The next_cursor of the previous page."),
+]
+
+
+class JsonBody(JSONResponse):
+    """A JSON response encoded by orjson (fast, and it splices stored results as they are)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return orjson.dumps(content)
+        except TypeError:  # rare: a value orjson cannot take (see _encodable)
+            return orjson.dumps(_encodable(content))
 
 
 def iso(ts: float | None) -> str | None:
@@ -53,8 +89,23 @@ def job_summary(job: Job) -> dict[str, Any]:
     }
 
 
-def job_body(job: Job, *, result: dict[str, Any] | None) -> dict[str, Any]:
-    return {**job_summary(job), "result": result}
+def job_body(
+    job: Job, *, result_json: bytes | None = None, result_error: FerrymanError | None = None
+) -> dict[str, Any]:
+    """A job as its tenant sees it, with its result (stored JSON bytes) if it has one.
+    ``result_error`` says why a finished job's result is not there (list items only:
+    a single GET answers with the error itself)."""
+    result = None if result_json is None else orjson.Fragment(result_json)
+    return {**job_summary(job), "result": result, "result_error": result_error_body(result_error)}
+
+
+def list_item_body(view: JobView) -> dict[str, Any]:
+    """A job in a list: a result that cannot be served is an error on this item alone."""
+    return job_body(view.job, result_json=view.result_json, result_error=view.result_error)
+
+
+def result_error_body(error: FerrymanError | None) -> dict[str, str] | None:
+    return None if error is None else {"code": error.code, "message": error.message}
 
 
 def admin_job_body(job: Job) -> dict[str, Any]:
@@ -62,11 +113,38 @@ def admin_job_body(job: Job) -> dict[str, Any]:
     return {"tenant_id": job.tenant_id, **job_summary(job)}
 
 
-def event_body(event: Event) -> dict[str, Any]:
-    return {"seq": event.seq, "at": iso(event.at), "kind": str(event.kind), "detail": event.detail}
+def admin_job_detail(job: Job) -> dict[str, Any]:
+    """One job as an operator inspects it: whose it is, where it runs, where its result is."""
+    return {
+        **admin_job_body(job),
+        "dispatch_state": str(job.dispatch_state),
+        "fence": job.fence,
+        "attempt_id": job.attempt_id,
+        "worker_id": job.worker_id,
+        "lease_until": iso(job.lease_until),
+        "not_before": iso(job.not_before),
+        "failure_count": job.failure_count,
+        "invalid_output_count": job.invalid_output_count,
+        "result_ref": job.result_ref,
+    }
 
 
-def attempt_body(attempt: Attempt) -> dict[str, Any]:
+def event_body(event: Event, *, internals: bool = False) -> dict[str, Any]:
+    detail = event.detail
+    if not internals:
+        detail = {k: v for k, v in detail.items() if k not in INTERNAL_FIELDS}
+    return {"seq": event.seq, "at": iso(event.at), "kind": str(event.kind), "detail": detail}
+
+
+def attempt_body(attempt: Attempt, *, internals: bool = False) -> dict[str, Any]:
+    body = _attempt_fields(attempt)
+    if not internals:
+        for name in INTERNAL_FIELDS:
+            body.pop(name, None)
+    return body
+
+
+def _attempt_fields(attempt: Attempt) -> dict[str, Any]:
     return {
         "attempt_no": attempt.attempt_no,
         "attempt_id": attempt.attempt_id,
@@ -80,3 +158,15 @@ def attempt_body(attempt: Attempt) -> dict[str, Any]:
         "input_tokens": attempt.input_tokens,
         "output_tokens": attempt.output_tokens,
     }
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with what orjson refuses replaced by its stdlib encoding: integers
+    beyond 64 bits are valid JSON a client may have put in its metadata."""
+    if isinstance(value, dict):
+        return {key: _encodable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return orjson.Fragment(json.dumps(value))
+    return value

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
-from ferryman.core.errors import FailureClass, StoreUnavailableError
+from ferryman.core.errors import FailureClass, ResultsUnavailableError, StoreUnavailableError
 from ferryman.core.ids import new_attempt_id
 from ferryman.core.job import (
     SUPPORTED_PAYLOAD_VERSIONS,
@@ -26,6 +26,7 @@ from ferryman.core.job import (
     JobError,
     JobStatus,
 )
+from ferryman.core.results import result_key
 from ferryman.core.retry import decide
 from ferryman.observability import metrics
 from ferryman.services.attempt import RunningAttempt
@@ -39,9 +40,9 @@ if TYPE_CHECKING:
     from ferryman.core.retry import RetryPolicy
     from ferryman.failpoints import Failpoints
     from ferryman.ports.queue import Delivery, JobQueue
-    from ferryman.ports.results import ResultStore
     from ferryman.services.attempt import AttemptRunner, CallResult
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.results import ResultWriter
 
 log = structlog.get_logger("ferryman.worker")
 
@@ -87,7 +88,7 @@ class DeliveryHandler:
         *,
         store: JobLedger,
         queue: JobQueue,
-        results: ResultStore,
+        results: ResultWriter,
         runner: AttemptRunner,
         clock: Clock,
         settings: DeliverySettings,
@@ -155,14 +156,19 @@ class DeliveryHandler:
         return verdict
 
     async def _store_result(self, attempt: RunningAttempt, result: CallResult) -> str | None:
-        """Keep a paid-for output, while the heartbeat still holds the job."""
+        """Keep a paid-for output: its write is retried for as long as the heartbeat
+        still holds the job, never thrown away for a full disk and paid for again.
+        None when the job was lost (or given back) before the write went through."""
         if result.output is None or result.error is not None or attempt.interrupted:
             return None
         job = attempt.job
         data = json.dumps(result.output, separators=(",", ":"), ensure_ascii=False).encode()
         # Attempt-specific, so a late attempt can never overwrite the published result.
-        key = f"{job.tenant_id}/{job.job_id}.{attempt.attempt_id}.json"
-        ref = await self._persistently(lambda: self._results.put(key, data))
+        key = result_key(job.tenant_id, job.job_id, attempt.attempt_id)
+        try:
+            ref = await self._results.put(key, data, keep_trying=lambda: attempt.holds_lease)
+        except ResultsUnavailableError:
+            return None
         self._failpoints.hit("after_result_put")
         return ref
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ferryman.core.errors import FerrymanError, IllegalTransitionError, JobNotFoundError
+from ferryman.core.errors import (
+    FerrymanError,
+    IllegalTransitionError,
+    JobNotFoundError,
+    ResultsUnavailableError,
+)
 from ferryman.core.job import DEAD_LETTERED_CODE, JobStatus
 from ferryman.ports.control import AuditAction, AuditRecord
 from ferryman.ports.queue import QueueMessage
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import JobQueue, QueueStats
     from ferryman.ports.store import JobPage
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.results import ResultWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +46,19 @@ class DependencyCheck:
 
 class Operations:
     def __init__(
-        self, *, store: JobLedger, queue: JobQueue, control: ControlStore, clock: Clock
+        self,
+        *,
+        store: JobLedger,
+        queue: JobQueue,
+        control: ControlStore,
+        clock: Clock,
+        results: ResultWriter | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
         self._control = control
         self._clock = clock
+        self._results = results
 
     async def dead_letters(self, limit: int = 50, cursor: str | None = None) -> JobPage:
         """Jobs failed because their message was dead-lettered, across tenants, newest first."""
@@ -121,7 +134,10 @@ class Operations:
     async def readiness(self) -> list[DependencyCheck]:
         """Each dependency this process needs, checked now."""
         checks: list[DependencyCheck] = []
-        for name, probe in (("store", self._probe_store), ("queue", self._probe_queue)):
+        probes = [("store", self._probe_store), ("queue", self._probe_queue)]
+        if self._results is not None:
+            probes.append(("results", self._probe_results))
+        for name, probe in probes:
             try:
                 await probe()
             except FerrymanError as exc:
@@ -135,6 +151,11 @@ class Operations:
 
     async def _probe_queue(self) -> None:
         await self._queue.stats()
+
+    async def _probe_results(self) -> None:
+        assert self._results is not None
+        if not await self._results.probe():
+            raise ResultsUnavailableError(self._results.last_error or "results: not writable")
 
     async def queue_stats(self) -> QueueStats:
         return await self._queue.stats()

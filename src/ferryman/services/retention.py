@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 import structlog
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from ferryman.core.clock import Clock
+    from ferryman.ports.results import ResultStore
     from ferryman.services.ledger import JobLedger
 
 log = structlog.get_logger("ferryman.retention")
@@ -30,23 +33,36 @@ class PurgeReport:
     jobs: int = 0
     keys: int = 0
     batches: int = 0
+    result_bytes: int = 0
     # True when max_batches stopped it with more to purge.
     more: bool = False
 
 
 class Retention:
     def __init__(
-        self, *, store: JobLedger, clock: Clock, batch_size: int = DEFAULT_BATCH_SIZE
+        self,
+        *,
+        store: JobLedger,
+        clock: Clock,
+        results: ResultStore | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self._store = store
         self._clock = clock
+        self._results = results
         self._batch_size = batch_size
 
     async def purge(
-        self, *, older_than_seconds: float, max_batches: int | None = None
+        self,
+        *,
+        older_than_seconds: float,
+        max_batches: int | None = None,
+        reclaim: bool | None = None,
     ) -> PurgeReport:
+        """``reclaim``: give back result space (default: when this purge removed jobs;
+        an operator's purge asks every time, to finish what an earlier one left)."""
         if older_than_seconds < 0:
             raise ValueError("older_than_seconds cannot be negative")
         now = self._clock.now()
@@ -66,9 +82,29 @@ class Retention:
                 break
             await asyncio.sleep(0)  # let other writers in between batches
         keys = await self._purge_keys(now)
-        if jobs or keys:
-            log.info("retention.purged", jobs=jobs, keys=keys, batches=batches)
-        return PurgeReport(jobs=jobs, keys=keys, batches=batches, more=more)
+        result_bytes = (
+            await self._reclaim_results() if (reclaim or (reclaim is None and jobs)) else 0
+        )
+        if jobs or keys or result_bytes:
+            log.info(
+                "retention.purged",
+                jobs=jobs,
+                keys=keys,
+                batches=batches,
+                result_bytes=result_bytes,
+            )
+        return PurgeReport(
+            jobs=jobs, keys=keys, batches=batches, result_bytes=result_bytes, more=more
+        )
+
+    async def _reclaim_results(self) -> int:
+        if self._results is None:
+            return 0
+
+        async def any_job_exists(job_ids: Collection[str]) -> bool:
+            return bool(await self._store.existing(job_ids))
+
+        return await self._results.reclaim(any_job_exists=any_job_exists)
 
     async def _purge_keys(self, now: float) -> int:
         total = 0

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from ferryman.ports.control import ControlStore
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import Delivery, JobQueue
-    from ferryman.ports.results import ResultStore
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.results import ResultWriter
     from ferryman.tasks import TaskRegistry
 
 log = structlog.get_logger("ferryman.worker")
@@ -53,7 +53,7 @@ class Worker:
         *,
         store: JobLedger,
         queue: JobQueue,
-        results: ResultStore,
+        results: ResultWriter,
         providers: Sequence[ModelProvider],
         tasks: TaskRegistry,
         control: ControlStore,
@@ -77,6 +77,7 @@ class Worker:
             raise ValueError("tenant_max_share must be within (0, 1]")
         self.worker_id = worker_id
         self._queue = queue
+        self._results = results
         self._control = control
         self._lease = lease
         self._concurrency = concurrency
@@ -177,6 +178,11 @@ class Worker:
                     await _wait_or(stop, PAUSE_CHECK_SECONDS)
                     continue
                 paused_until = loop.time() + PAUSE_CHECK_SECONDS
+            if not self._results.healthy:
+                # No new paid call while its output would have nowhere to go.
+                log.warning("worker.waiting_for_results", worker_id=self.worker_id)
+                await self._results.wait_until_healthy(stop)
+                continue
             batch = await self._receive(free)
             if not batch:
                 continue

@@ -41,9 +41,7 @@ def test_nothing_waiting_or_no_room_picks_nothing():
 
 
 @given(
-    st.dictionaries(
-        st.sampled_from("abcdef"), st.integers(min_value=0, max_value=8), min_size=1
-    ),
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(min_value=0, max_value=8), min_size=1),
     st.integers(min_value=0, max_value=30),
 )
 def test_shares_never_differ_by_more_than_one_among_tenants_with_work_left(counts, limit):

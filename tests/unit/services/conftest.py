@@ -23,6 +23,7 @@ from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
+from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
@@ -78,7 +79,7 @@ class World:
         options: dict[str, Any] = {
             "store": self.store,
             "queue": self.queue,
-            "results": self.results,
+            "results": ResultWriter(self.results, sleep=_no_sleep),
             "providers": [self.provider],
             "tasks": builtin_tasks(),
             "control": self.control,
@@ -178,3 +179,18 @@ def make_world() -> Callable[..., World]:
 
 async def _no_sleep(seconds: float) -> None:
     await asyncio.sleep(0)
+
+
+@pytest.fixture
+def eventually() -> Callable[..., Any]:
+    """``await eventually(condition, within_seconds=s)``: poll until ``await condition()`` holds."""
+    return _eventually
+
+
+async def _eventually(condition: Callable[[], Any], *, within_seconds: float = 10.0) -> None:
+    interval = 0.01
+    for _ in range(int(within_seconds / interval)):
+        if await condition():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(f"not true within {within_seconds} s")

@@ -45,7 +45,9 @@ class HeldProvider:
         return await self._inner.invoke(request, timeout_seconds=timeout_seconds)
 
 
-async def test_a_cancelled_call_stops_within_the_check_interval_not_at_the_heartbeat(make_world):
+async def test_a_cancelled_call_stops_within_the_check_interval_not_at_the_heartbeat(
+    make_world, eventually
+):
     world = make_world(lease=NO_HEARTBEAT)
     provider = HeldProvider()
     job = await world.submit("x")
@@ -55,9 +57,9 @@ async def test_a_cancelled_call_stops_within_the_check_interval_not_at_the_heart
     try:
         await asyncio.wait_for(provider.started.wait(), 5)
         await world.jobs.cancel("t1", job.job_id)
-        async with asyncio.timeout(5):
-            while (await world.job(job.job_id)).status is not JobStatus.CANCELLED:
-                await asyncio.sleep(0.01)
+        await eventually(
+            lambda: _status_is(world, job.job_id, JobStatus.CANCELLED), within_seconds=5
+        )
     finally:
         stop.set()
         await asyncio.wait_for(running, 10)
@@ -65,6 +67,10 @@ async def test_a_cancelled_call_stops_within_the_check_interval_not_at_the_heart
     stored = await world.job(job.job_id)
     assert stored.result_ref is None
     assert [a.outcome for a in await world.store.attempts(job.job_id)] == [AttemptOutcome.CANCELLED]
+
+
+async def _status_is(world, job_id, status):
+    return (await world.job(job_id)).status is status
 
 
 async def _cancel_mid_call(world, provider):

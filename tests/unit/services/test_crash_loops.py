@@ -75,7 +75,10 @@ async def test_a_worker_that_crashes_after_every_claim_is_stopped_at_max_receive
     stored = await world.job(job.job_id)
     assert stored.status is JobStatus.FAILED
     assert stored.error is not None
-    assert (stored.error.code, stored.error.failure_class) == ("dead_lettered", FailureClass.DELIVERY)
+    assert (stored.error.code, stored.error.failure_class) == (
+        "dead_lettered",
+        FailureClass.DELIVERY,
+    )
     # Never more paid calls than the budget, whatever the queue did with its messages.
     assert provider.invocations == 5
     attempts = await world.store.attempts(job.job_id)

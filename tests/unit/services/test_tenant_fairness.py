@@ -35,7 +35,9 @@ class TenantGatedProvider:
         return await self._inner.invoke(request, timeout_seconds=timeout_seconds)
 
 
-async def test_one_tenants_slow_flood_does_not_hold_another_tenants_quick_jobs(make_world):
+async def test_one_tenants_slow_flood_does_not_hold_another_tenants_quick_jobs(
+    make_world, eventually
+):
     world = make_world()
     provider = TenantGatedProvider()
     slow = [await world.submit(f"slow {i}", tenant="a") for i in range(90)]
@@ -44,9 +46,7 @@ async def test_one_tenants_slow_flood_does_not_hold_another_tenants_quick_jobs(m
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     try:
-        async with asyncio.timeout(10):
-            while await _statuses(world, quick) != {JobStatus.SUCCEEDED}:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: _all_are(world, quick, JobStatus.SUCCEEDED), within_seconds=10)
         # Tenant a never held more than its share of the 8 slots.
         assert provider.slow_started == 4
         assert JobStatus.SUCCEEDED not in await _statuses(world, slow)
@@ -54,6 +54,10 @@ async def test_one_tenants_slow_flood_does_not_hold_another_tenants_quick_jobs(m
         provider.release.set()
         stop.set()
         await asyncio.wait_for(running, 10)
+
+
+async def _all_are(world, jobs, status):
+    return await _statuses(world, jobs) == {status}
 
 
 async def _statuses(world, jobs):
@@ -97,11 +101,15 @@ async def test_with_sim_scripts_off_a_script_is_refused_and_nothing_is_stored(ma
 
 async def test_with_sim_scripts_off_a_stored_script_is_not_followed():
     provider = SimulatedProvider(scripts=False)
-    request = builtin_tasks().get("generate").build_request(
-        {"prompt": "hi", "simulate": {"script": ["refuse"], "latency_ms": 600_000}},
-        model="sim",
-        attempt_no=1,
-        job_id="gen_x",
+    request = (
+        builtin_tasks()
+        .get("generate")
+        .build_request(
+            {"prompt": "hi", "simulate": {"script": ["refuse"], "latency_ms": 600_000}},
+            model="sim",
+            attempt_no=1,
+            job_id="gen_x",
+        )
     )
 
     response = await asyncio.wait_for(provider.invoke(request, timeout_seconds=5), 5)

@@ -7,6 +7,12 @@ ON CONFLICT (key) DO UPDATE SET data = excluded.data;
 -- name: get_result
 SELECT data FROM results WHERE key = :key;
 
+-- name: result_sizes_after
+SELECT key, length(data) AS size FROM results WHERE key > :after ORDER BY key LIMIT :limit;
+
+-- name: delete_result
+DELETE FROM results WHERE key = :key;
+
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, secret_hash, admin, created_at)
 VALUES (:key_id, :tenant_id, :secret_hash, :admin, :created_at);

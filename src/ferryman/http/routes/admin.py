@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from ferryman.http.auth import Admin, app_deps
 from ferryman.http.bodies import ReplayRequest, SwitchRequest, openapi_body, read_body
-from ferryman.http.views import admin_job_body
+from ferryman.http.views import Cursor, admin_job_body
 
 router = APIRouter(prefix="/v1/admin", tags=["operations"])
 
@@ -19,7 +19,7 @@ async def dead_letters(
     request: Request,
     principal: Admin,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Cursor = None,
 ) -> JSONResponse:
     page = await app_deps(request).operations.dead_letters(limit=limit, cursor=cursor)
     return JSONResponse(

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ferryman.core.errors import StoreUnavailableError
 from ferryman.http.auth import app_deps
+from ferryman.http.error_map import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 from ferryman.observability import metrics
 
 router = APIRouter(tags=["health"])
@@ -18,10 +19,35 @@ async def healthz() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
+# How soon a load balancer should ask again after a 503.
+NOT_READY_RETRY_AFTER_SECONDS = 5
+
+
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    await app_deps(request).operations.check_ready()
-    return JSONResponse({"status": "ready"})
+    """200 when every dependency works now; 503 problem+json naming each one otherwise."""
+    checks = await app_deps(request).operations.readiness()
+    report = {
+        check.name: {"ok": check.ok, **({"detail": check.detail} if check.detail else {})}
+        for check in checks
+    }
+    if all(check.ok for check in checks):
+        return JSONResponse({"status": "ready", "checks": report})
+    failing = ", ".join(check.name for check in checks if not check.ok)
+    problem = {
+        "type": PROBLEM_TYPE_BASE + "not_ready",
+        "title": "Not ready",
+        "status": 503,
+        "detail": f"not ready: {failing}",
+        "code": "not_ready",
+        "checks": report,
+    }
+    return JSONResponse(
+        problem,
+        status_code=503,
+        headers={"Retry-After": str(NOT_READY_RETRY_AFTER_SECONDS)},
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
 
 
 @router.get("/metrics")

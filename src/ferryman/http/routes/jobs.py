@@ -11,7 +11,15 @@ from ferryman.core.job import JobStatus
 from ferryman.http.auth import Tenant, app_deps
 from ferryman.http.bodies import GenerationRequest, openapi_body, read_body
 from ferryman.http.context import request_info, valid_traceparent
-from ferryman.http.views import attempt_body, event_body, job_body, submission_body
+from ferryman.http.views import (
+    Cursor,
+    JsonBody,
+    attempt_body,
+    event_body,
+    job_body,
+    list_item_body,
+    submission_body,
+)
 from ferryman.services.intake import SubmitRequest
 
 router = APIRouter(prefix="/v1/generations", tags=["generations"])
@@ -48,14 +56,14 @@ async def list_jobs(
     status: JobStatus | None = None,
     task: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Cursor = None,
 ) -> JSONResponse:
     page = await app_deps(request).jobs.list(
         principal.tenant_id, status=status, task=task, limit=limit, cursor=cursor
     )
-    return JSONResponse(
+    return JsonBody(
         {
-            "data": [job_body(view.job, result=view.result) for view in page.views],
+            "data": [list_item_body(view) for view in page.views],
             "next_cursor": page.next_cursor,
         }
     )
@@ -64,13 +72,13 @@ async def list_jobs(
 @router.get("/{job_id}")
 async def get_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     view = await app_deps(request).jobs.get(principal.tenant_id, job_id)
-    return JSONResponse(job_body(view.job, result=view.result))
+    return JsonBody(job_body(view.job, result_json=view.result_json))
 
 
 @router.get("/{job_id}/events")
 async def job_events(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     events, attempts = await app_deps(request).jobs.history(principal.tenant_id, job_id)
-    return JSONResponse(
+    return JsonBody(
         {
             "events": [event_body(event) for event in events],
             "attempts": [attempt_body(attempt) for attempt in attempts],
@@ -82,4 +90,4 @@ async def job_events(request: Request, principal: Tenant, job_id: str) -> JSONRe
 async def cancel_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     job = await app_deps(request).jobs.cancel(principal.tenant_id, job_id)
     # A job that can still be cancelled has not succeeded, so it has no result.
-    return JSONResponse(job_body(job, result=None))
+    return JSONResponse(job_body(job))

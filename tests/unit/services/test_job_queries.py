@@ -1,0 +1,176 @@
+"""JobQueries: results served only when verified as the job's own, one bad result never
+spoils a list, and a list page is bounded in bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ferryman.core.errors import JobNotFoundError, ResultUnreadableError
+from ferryman.core.job import JobStatus
+from ferryman.core.results import result_key
+from ferryman.services.jobs import JobQueries
+
+# The sim echoes a prompt: {"text": "echo: <prompt>"} is the prompt plus 18 bytes.
+PROMPT_BYTES = 1000
+RESULT_BYTES = PROMPT_BYTES + 18
+
+
+async def finished_jobs(world, count: int, *, tenant: str = "t1") -> list[str]:
+    """Submit ``count`` jobs with ~1 KB results and run them; job ids newest first."""
+    jobs = [
+        await world.submit(f"{i:04d}" + "w" * (PROMPT_BYTES - 4), tenant=tenant)
+        for i in range(count)
+    ]
+    await world.worker().run_until_idle()
+    for job in jobs:
+        assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+    return [job.job_id for job in reversed(jobs)]
+
+
+def queries(world, *, list_max_bytes: int) -> JobQueries:
+    return JobQueries(
+        store=world.store, results=world.results, clock=world.clock, list_max_bytes=list_max_bytes
+    )
+
+
+async def damage(world, job_id: str) -> None:
+    job = await world.job(job_id)
+    key = result_key(job.tenant_id, job.job_id, job.attempt_id)
+    world.results._data[key] = b'{"text": "someone else"}'
+
+
+async def test_a_page_stops_adding_jobs_once_their_results_fill_the_budget(make_world) -> None:
+    world = make_world()
+    newest_first = await finished_jobs(world, 10)
+    reader = queries(world, list_max_bytes=3 * RESULT_BYTES + 100)
+
+    page = await reader.list("t1", limit=50)
+
+    assert [view.job.job_id for view in page.views] == newest_first[:3]
+    assert sum(len(view.result_json) for view in page.views) <= 3 * RESULT_BYTES + 100
+    assert page.next_cursor is not None
+
+
+async def test_paging_under_a_budget_serves_every_job_exactly_once_in_order(make_world) -> None:
+    world = make_world()
+    newest_first = await finished_jobs(world, 10)
+    reader = queries(world, list_max_bytes=2 * RESULT_BYTES + 10)
+
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = await reader.list("t1", limit=4, cursor=cursor)
+        pages += 1
+        assert 1 <= len(page.views) <= 2
+        seen += [view.job.job_id for view in page.views]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+
+    assert seen == newest_first
+    assert pages == 5
+
+
+async def test_a_page_always_holds_at_least_one_job(make_world) -> None:
+    world = make_world()
+    newest_first = await finished_jobs(world, 3)
+    reader = queries(world, list_max_bytes=10)
+
+    page = await reader.list("t1", limit=50)
+
+    assert [view.job.job_id for view in page.views] == newest_first[:1]
+    assert page.next_cursor is not None
+
+
+async def test_jobs_without_results_cost_nothing_against_the_budget(make_world) -> None:
+    world = make_world()
+    for i in range(5):
+        await world.submit(f"queued {i}")
+    reader = queries(world, list_max_bytes=10)
+
+    page = await reader.list("t1", limit=50)
+
+    assert len(page.views) == 5
+    assert page.next_cursor is None
+
+
+async def test_a_damaged_result_is_an_error_on_its_item_and_the_rest_are_served(
+    make_world,
+) -> None:
+    world = make_world()
+    newest_first = await finished_jobs(world, 4)
+    await damage(world, newest_first[1])
+
+    page = await world.jobs.list("t1", limit=50)
+
+    assert [view.job.job_id for view in page.views] == newest_first
+    broken = page.views[1]
+    assert broken.result_json is None
+    assert isinstance(broken.result_error, ResultUnreadableError)
+    assert broken.result_error.code == "result_unreadable"
+    for view in (page.views[0], *page.views[2:]):
+        assert view.result_error is None
+        assert view.result["text"].startswith("echo: ")
+
+
+async def test_get_refuses_a_damaged_result_rather_than_serving_it(make_world) -> None:
+    world = make_world()
+    [job_id] = await finished_jobs(world, 1)
+    await damage(world, job_id)
+
+    with pytest.raises(ResultUnreadableError):
+        await world.jobs.get("t1", job_id)
+
+
+async def test_a_result_published_under_another_job_s_ref_is_never_served(make_world) -> None:
+    world = make_world()
+    mine, theirs = (
+        await finished_jobs(world, 1, tenant="t1"),
+        await finished_jobs(world, 1, tenant="t2"),
+    )
+    their_ref = (await world.job(theirs[0])).result_ref
+    job = await world.job(mine[0])
+    world.store.store._jobs[job.job_id] = dataclasses.replace(job, result_ref=their_ref)
+
+    with pytest.raises(ResultUnreadableError):
+        await world.jobs.get("t1", mine[0])
+
+
+async def test_a_stored_result_that_is_not_json_is_unreadable(make_world) -> None:
+    world = make_world()
+    [job_id] = await finished_jobs(world, 1)
+    job = await world.job(job_id)
+    ref = await world.results.put(result_key("t1", job_id, job.attempt_id), b"{not json")
+    world.store.store._jobs[job_id] = dataclasses.replace(job, result_ref=ref)
+
+    with pytest.raises(ResultUnreadableError, match="JSON"):
+        await world.jobs.get("t1", job_id)
+
+
+async def test_get_serves_the_stored_bytes_as_they_are(make_world) -> None:
+    world = make_world()
+    [job_id] = await finished_jobs(world, 1)
+    job = await world.job(job_id)
+    stored = world.results._data[result_key("t1", job_id, job.attempt_id)]
+
+    view = await world.jobs.get("t1", job_id)
+
+    assert view.result_json == stored
+
+
+async def test_operators_inspect_any_tenant_s_job_and_its_history(make_world) -> None:
+    world = make_world()
+    [job_id] = await finished_jobs(world, 1, tenant="t2")
+
+    job = await world.jobs.inspect(job_id)
+    same, events, attempts = await world.jobs.inspect_history(job_id)
+
+    assert job.tenant_id == "t2"
+    assert same == job
+    assert events
+    assert [attempt.worker_id for attempt in attempts] == ["w1"]
+    with pytest.raises(JobNotFoundError):
+        await world.jobs.inspect("gen_01HZZZZZZZZZZZZZZZZZZZZZZZ")
