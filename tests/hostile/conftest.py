@@ -115,6 +115,12 @@ def check_problem(response: httpx.Response, status: int, code: str) -> dict[str,
     return problem
 
 
+@pytest.fixture
+def problem() -> Callable[[httpx.Response, int, str], dict[str, Any]]:
+    """``check_problem`` for tests: ``problem(response, status, code)``."""
+    return check_problem
+
+
 # --- real processes ---------------------------------------------------------------
 
 
