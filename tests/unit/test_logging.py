@@ -223,3 +223,13 @@ def test_a_closed_stream_is_not_an_error() -> None:
 
     assert writer.flush(timeout_seconds=10)
     assert writer.dropped == 1
+
+
+def test_libraries_only_warn(logs: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", json=True)
+
+    logging.getLogger("httpx").info("HTTP Request: POST http://example/v1/generations")
+    get_logger("ferryman.test").info("ours")
+
+    (line,) = written(logs).splitlines()
+    assert json.loads(line)["event"] == "ours"

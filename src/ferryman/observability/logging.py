@@ -205,7 +205,9 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
     for handler in [h for h in root.handlers if isinstance(h, StdlibBridge)]:
         root.removeHandler(handler)
     root.addHandler(StdlibBridge())
-    root.setLevel(numeric_level)
+    # Libraries speak at WARNING and above only: at INFO, httpx would log every
+    # request the CLI client makes.
+    root.setLevel(max(numeric_level, logging.WARNING))
 
 
 def reset_logging() -> None:
