@@ -1,4 +1,4 @@
-"""Bearer API keys, the admin check and the per-tenant rate limit, through the app."""
+"""Bearer API keys, the admin check and the per-tenant budgets, through the app."""
 
 from __future__ import annotations
 
@@ -138,19 +138,81 @@ async def test_rate_limit_answers_429_with_retry_after_and_refills(
     acme = http_open_client(app, http_keys.acme)
     globex = http_open_client(app, http_keys.globex)
 
-    allowed = [await acme.get("/v1/generations") for _ in range(3)]
+    allowed = [await acme.post("/v1/generations", json=GENERATE) for _ in range(3)]
     limited = await acme.post("/v1/generations", json=GENERATE)
 
-    assert [r.status_code for r in allowed] == [200, 200, 200]
+    assert [r.status_code for r in allowed] == [202, 202, 202]
     http_problem(limited, 429, "rate_limited")
     assert limited.headers["Retry-After"] == "2"  # one token at 0.5/s
-    assert (await http_stack.store.list_jobs(tenant_id="acme")).jobs == []
+    assert len((await http_stack.store.list_jobs(tenant_id="acme")).jobs) == 3
     # Another tenant has its own bucket.
-    assert (await globex.get("/v1/generations")).status_code == 200
+    assert (await globex.post("/v1/generations", json=GENERATE)).status_code == 202
 
     http_stack.clock.advance(2.0)
     assert (await acme.post("/v1/generations", json=GENERATE)).status_code == 202
-    assert (await acme.get("/v1/generations")).status_code == 429
+    assert (await acme.post("/v1/generations", json=GENERATE)).status_code == 429
+
+
+async def test_reads_never_spend_the_submission_budget(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    http_problem: ProblemCheck,
+) -> None:
+    """A client polling its own jobs can still submit and cancel (issue 5, item 10)."""
+    app = http_stack.app(
+        tenant_rate_per_second=1.0,
+        tenant_burst=2,
+        tenant_read_rate_per_second=1.0,
+        tenant_read_burst=5,
+    )
+    acme = http_open_client(app, http_keys.acme)
+    job_id = (await acme.post("/v1/generations", json=GENERATE)).json()["job_id"]
+
+    polls = [await acme.get(f"/v1/generations/{job_id}") for _ in range(5)]
+    over_read = await acme.get("/v1/generations")
+    cancel = await acme.post(f"/v1/generations/{job_id}/cancel")
+
+    assert [r.status_code for r in polls] == [200] * 5
+    http_problem(over_read, 429, "rate_limited")
+    assert cancel.status_code == 200  # the second of two submission tokens
+    # Submissions and cancels share one budget, now spent; reads are refused apart.
+    http_problem(await acme.post("/v1/generations", json=GENERATE), 429, "rate_limited")
+    http_problem(await acme.get(f"/v1/generations/{job_id}/events"), 429, "rate_limited")
+
+
+async def test_every_authenticated_response_states_its_budget(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+) -> None:
+    """RateLimit / RateLimit-Policy as draft-ietf-httpapi-ratelimit-headers-11 spells them."""
+    app = http_stack.app(
+        tenant_rate_per_second=50.0,
+        tenant_burst=100,
+        tenant_read_rate_per_second=2.0,
+        tenant_read_burst=2,
+    )
+    acme = http_open_client(app, http_keys.acme)
+
+    submitted = await acme.post("/v1/generations", json=GENERATE)
+    first = await acme.get("/v1/generations")
+    missing = await acme.get("/v1/generations/gen_nope")  # errors say it too
+    refused = await acme.get("/v1/generations")
+
+    assert submitted.headers["RateLimit-Policy"] == '"submit";q=100;w=2'
+    assert submitted.headers["RateLimit"] == '"submit";r=99;t=1'
+    assert first.headers["RateLimit-Policy"] == '"read";q=2;w=1'
+    assert first.headers["RateLimit"] == '"read";r=1;t=1'
+    assert missing.status_code == 404
+    assert missing.headers["RateLimit"] == '"read";r=0;t=1'
+    assert refused.status_code == 429
+    assert refused.headers["RateLimit"] == '"read";r=0;t=1'
+    assert refused.headers["Retry-After"] == "1"
+    # An anonymous caller has no budget to report.
+    anonymous = await http_open_client(app).get("/v1/generations")
+    assert anonymous.status_code == 401
+    assert "RateLimit" not in anonymous.headers
 
 
 async def test_unauthenticated_requests_do_not_spend_a_tenants_budget(
@@ -161,15 +223,17 @@ async def test_unauthenticated_requests_do_not_spend_a_tenants_budget(
     app = http_stack.app(tenant_rate_per_second=1.0, tenant_burst=1)
     anonymous = http_open_client(app, tamper(http_keys.acme))
     for _ in range(5):
-        assert (await anonymous.get("/v1/generations")).status_code == 401
+        assert (await anonymous.post("/v1/generations", json=GENERATE)).status_code == 401
 
-    assert (await http_open_client(app, http_keys.acme).get("/v1/generations")).status_code == 200
+    acme = http_open_client(app, http_keys.acme)
+    assert (await acme.post("/v1/generations", json=GENERATE)).status_code == 202
 
 
 async def test_no_rate_limit_by_default(http_client: httpx.AsyncClient) -> None:
-    statuses = {(await http_client.get("/v1/generations")).status_code for _ in range(50)}
+    responses = [await http_client.get("/v1/generations") for _ in range(50)]
 
-    assert statuses == {200}
+    assert {r.status_code for r in responses} == {200}
+    assert "RateLimit" not in responses[-1].headers
 
 
 # --- ApiKeys, the service behind the Bearer check ---------------------------------

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from ferryman.cli.common import EXIT_FAILED, err_console, fail
 from ferryman.http.app import AppDeps, create_app
+from ferryman.http.connections import ConnectionLimits, protocol_with
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Generator
@@ -55,8 +56,20 @@ def app_deps(runtime: Runtime) -> AppDeps:
         api_keys=runtime.api_keys,
         clock=runtime.clock,
         max_body_bytes=s.max_body_bytes,
+        body_timeout_seconds=s.body_timeout_seconds,
         tenant_rate_per_second=s.tenant_rate_per_second,
         tenant_burst=s.tenant_burst,
+        tenant_read_rate_per_second=s.tenant_read_rate_per_second,
+        tenant_read_burst=s.tenant_read_burst,
+    )
+
+
+def connection_limits(runtime: Runtime) -> ConnectionLimits:
+    s = runtime.settings
+    return ConnectionLimits(
+        header_timeout_seconds=s.header_timeout_seconds,
+        keepalive_timeout_seconds=s.keepalive_timeout_seconds,
+        max_connections=s.max_connections,
     )
 
 
@@ -87,10 +100,19 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 def _server(runtime: Runtime) -> _EmbeddedServer:
     config = uvicorn.Config(
         create_app(app_deps(runtime)),
+        # h11 with the header timeout and connection cap uvicorn lacks (http/connections.py).
+        http=protocol_with(connection_limits(runtime)),
+        # No log_config: uvicorn's records reach the root logger, which
+        # configure_logging routes through the same sanitising rules as ours.
+        log_config=None,
         log_level="warning",
         lifespan="auto",
         timeout_graceful_shutdown=max(1, math.ceil(runtime.settings.shutdown_grace_seconds)),
         access_log=False,
+        # ferryman reads neither the client address nor the scheme, so it trusts no
+        # X-Forwarded-* header, and it does not advertise what it runs on.
+        proxy_headers=False,
+        server_header=False,
     )
     return _EmbeddedServer(config)
 

@@ -29,6 +29,16 @@ class TokenBucket:
             return 0.0
         return (1.0 - self._tokens) / self.rate_per_second
 
+    @property
+    def remaining(self) -> int:
+        """Whole requests left as of the last take."""
+        return int(self._tokens)
+
+    @property
+    def seconds_until_full(self) -> float:
+        """As of the last take, how long until the bucket holds ``burst`` again."""
+        return (self.burst - self._tokens) / self.rate_per_second
+
     def _refill(self, now: float) -> None:
         if self._updated_at is not None:
             # A clock that steps backwards must not mint or destroy tokens.
@@ -51,7 +61,10 @@ class KeyedRateLimiter:
     _buckets: dict[str, TokenBucket] = field(default_factory=dict)
 
     def take(self, key: str, now: float) -> float:
+        return self.bucket(key).take(now)
+
+    def bucket(self, key: str) -> TokenBucket:
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = TokenBucket(self.rate_per_second, self.burst)
-        return bucket.take(now)
+        return bucket

@@ -3,7 +3,12 @@
 The line names the route template, never the raw path's query or any body, so
 it holds identifiers only: method, route, status, duration, tenant, job,
 correlation id. An exception no handler claimed becomes a 500 problem that says
-nothing about its cause; the cause goes to the log.
+nothing about its cause; the cause goes to the log, summarised as
+observability/logging.py allows (type and frames, never locals).
+
+A client that hangs up before its request was read is normal on the internet,
+not a server error: it is logged as status 499 (the convention nginx made
+common) with ``outcome=client_disconnected``, and nothing is sent back.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import ClientDisconnect
 
 from ferryman.http.context import CORRELATION_HEADER, RequestInfo, attach, correlation_id_from
 from ferryman.http.error_map import internal_error_response
@@ -21,6 +27,8 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _log = get_logger("ferryman.http")
+
+CLIENT_CLOSED_REQUEST = 499
 
 
 class AccessLogMiddleware:
@@ -34,6 +42,7 @@ class AccessLogMiddleware:
         info = RequestInfo(correlation_id_from(Headers(scope=scope).get(CORRELATION_HEADER)))
         attach(scope, info)
         status = 500
+        outcome: str | None = None
         started = False
         began = time.perf_counter()
 
@@ -42,19 +51,28 @@ class AccessLogMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
-                MutableHeaders(scope=message)[CORRELATION_HEADER] = info.correlation_id
+                headers = MutableHeaders(scope=message)
+                headers[CORRELATION_HEADER] = info.correlation_id
+                for name, value in info.response_headers:
+                    headers.append(name, value)
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            # Whatever was being read is gone, and so is the one who could read an answer.
+            status, outcome = CLIENT_CLOSED_REQUEST, "client_disconnected"
         except Exception:
-            _log.exception("unhandled error", **_fields(scope, info))
+            _log.error("unhandled error", exc_info=True, **_fields(scope, info))
             if started:
                 raise
             await internal_error_response()(scope, receive, send_with_id)
         finally:
             duration_ms = round((time.perf_counter() - began) * 1000, 2)
-            _log.info("request", status=status, duration_ms=duration_ms, **_fields(scope, info))
+            fields = _fields(scope, info)
+            if outcome is not None:
+                fields["outcome"] = outcome
+            _log.info("request", status=status, duration_ms=duration_ms, **fields)
 
 
 def _fields(scope: Scope, info: RequestInfo) -> dict[str, Any]:

@@ -5,7 +5,12 @@ The app holds no process-wide state of its own beyond what ``AppDeps`` hands it
 any number of times in one process (tests build one per case).
 
 Middleware, outermost first: the access log (which also turns an unexpected
-exception into a bare 500 problem), then the body limit, then the routes.
+exception into a bare 500 problem, and adds the headers every response carries),
+then the body limits (size and time), then the routes.
+
+Trailing slashes are not redirected: Starlette's redirect builds an absolute URL
+from the request's Host header, which a caller controls. ``/v1/generations/`` is
+a 404 problem like any other unknown path.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from starlette.middleware import Middleware
 
-from ferryman.core.ratelimit import KeyedRateLimiter
 from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
+from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
 from ferryman.http.routes import admin, admin_jobs, health, jobs
 
 if TYPE_CHECKING:
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from ferryman.services.operations import Operations
 
 DEFAULT_MAX_BODY_BYTES = 262_144
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +46,35 @@ class AppDeps:
     api_keys: ApiKeys
     clock: Clock
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    # Requests per second per tenant, with bursts of tenant_burst; 0 turns it off.
+    # How long a request body may take to arrive once its headers are in (408 after).
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    # Per-tenant budgets (http/rate_limit.py), requests per second with bursts;
+    # a rate of 0 turns that budget off. Submissions and cancels spend the first,
+    # reads the second.
     tenant_rate_per_second: float = 0.0
     tenant_burst: int = 20
+    tenant_read_rate_per_second: float = 0.0
+    tenant_read_burst: int = 40
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
-        if self.tenant_rate_per_second < 0:
-            raise ValueError("tenant_rate_per_second cannot be negative (0 turns it off)")
-        if self.tenant_rate_per_second > 0 and self.tenant_burst < 1:
-            raise ValueError("tenant_burst must be at least 1")
+        if self.body_timeout_seconds <= 0:
+            raise ValueError("body_timeout_seconds must be positive")
+        self.budget_policies()  # refuses negative rates and empty bursts
+
+    def budget_policies(self) -> dict[Budget, Policy]:
+        given = (
+            (Budget.SUBMIT, self.tenant_rate_per_second, self.tenant_burst),
+            (Budget.READ, self.tenant_read_rate_per_second, self.tenant_read_burst),
+        )
+        policies: dict[Budget, Policy] = {}
+        for budget, rate, burst in given:
+            if rate < 0:
+                raise ValueError(f"the {budget} rate cannot be negative (0 turns it off)")
+            if rate > 0:
+                policies[budget] = Policy(budget, rate, burst)
+        return policies
 
 
 def create_app(deps: AppDeps) -> FastAPI:
@@ -58,17 +82,18 @@ def create_app(deps: AppDeps) -> FastAPI:
         title="ferryman",
         summary="Durable jobs for slow, costly foundation-model calls.",
         version="0.1.0",
+        redirect_slashes=False,
         middleware=[
             Middleware(AccessLogMiddleware),
-            Middleware(BodyLimitMiddleware, max_body_bytes=deps.max_body_bytes),
+            Middleware(
+                BodyLimitMiddleware,
+                max_body_bytes=deps.max_body_bytes,
+                timeout_seconds=deps.body_timeout_seconds,
+            ),
         ],
     )
     app.state.deps = deps
-    app.state.rate_limiter = (
-        KeyedRateLimiter(deps.tenant_rate_per_second, deps.tenant_burst)
-        if deps.tenant_rate_per_second > 0
-        else None
-    )
+    app.state.budgets = TenantBudgets(deps.budget_policies())
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(admin.router)

@@ -1,13 +1,14 @@
-"""Who is calling: Bearer API keys, the admin check, and the per-tenant rate limit.
+"""Who is calling: Bearer API keys, the admin check, and the per-tenant budgets.
 
 The tenant of every request is the key's tenant; nothing in a body or header can
-choose another. The rate limit is applied per tenant right after authentication,
-so an anonymous flood never spends a tenant's budget.
+choose another. The request budget (http/rate_limit.py: reads and submissions
+apart) is spent per tenant right after authentication, so an anonymous flood
+never spends a tenant's budget, and every authenticated response says where the
+budget stands.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
@@ -15,11 +16,12 @@ from fastapi import Depends, Request
 from ferryman.core.errors import AuthenticationError, ForbiddenError
 from ferryman.http.context import request_info
 from ferryman.http.errors import RateLimitedError
+from ferryman.http.rate_limit import Budget
 from ferryman.services.access import Principal
 
 if TYPE_CHECKING:
-    from ferryman.core.ratelimit import KeyedRateLimiter
     from ferryman.http.app import AppDeps
+    from ferryman.http.rate_limit import TenantBudgets
 
 # Longer than any key we issue; refused before it is hashed.
 _MAX_TOKEN_CHARS = 512
@@ -33,12 +35,14 @@ def app_deps(request: Request) -> AppDeps:
 async def authenticated(request: Request) -> Principal:
     deps = app_deps(request)
     principal = await deps.api_keys.authenticate(_bearer_token(request))
-    request_info(request).tenant_id = principal.tenant_id
-    limiter: KeyedRateLimiter | None = request.app.state.rate_limiter
-    if limiter is not None:
-        wait_seconds = limiter.take(principal.tenant_id, deps.clock.now())
-        if wait_seconds > 0:
-            raise RateLimitedError(retry_after_seconds=max(1, math.ceil(wait_seconds)))
+    info = request_info(request)
+    info.tenant_id = principal.tenant_id
+    budgets: TenantBudgets = request.app.state.budgets
+    quota = budgets.take(Budget.for_method(request.method), principal.tenant_id, deps.clock.now())
+    if quota is not None:
+        info.response_headers.extend(quota.headers())
+        if not quota.allowed:
+            raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
     return principal
 
 

@@ -9,18 +9,23 @@ and pydantic's echo of the offending input never reaches a response.
   Any other Content-Type: 415 ``unsupported_media_type``.
 - A body that is not JSON (bad syntax or UTF-8, NaN/Infinity, numbers that overflow
   to infinity, nesting too deep): 422 ``invalid_request`` with ``loc ["body"]``.
+- JSON holding text no engine can store: 422 ``invalid_request`` with the ``loc`` of
+  the first such string (see ``first_invalid_text``), before any model sees it.
 - JSON that breaks the model: 422 ``invalid_request`` with each field's ``loc``.
+- A reserved field (``webhook_url``): 422 ``unsupported_field``, whatever its value.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from ferryman.core.errors import InvalidRequestError
+from ferryman.core.errors import InvalidRequestError, UnsupportedFieldError
 from ferryman.core.idempotency import canonical_json
 from ferryman.http.errors import UnsupportedMediaTypeError
 from ferryman.ports.control import Switch
@@ -30,6 +35,11 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
 MAX_METADATA_BYTES = 4096
+# Lone surrogates cannot be encoded as UTF-8 (hashing, storage and responses all fail);
+# NUL ends a C string and PostgreSQL text refuses it.
+_INVALID_TEXT = re.compile("[\x00\ud800-\udfff]")
+# Until signed webhooks exist these fields are refused, never stored or hashed (API.md).
+RESERVED_FIELDS = ("webhook_url",)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -41,7 +51,20 @@ class GenerationRequest(BaseModel):
     input: dict[str, Any]
     model: str | None = Field(default=None, min_length=1, max_length=256)
     metadata: dict[str, Any] | None = None
-    webhook_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    # Always None: _refuse_reserved turns any webhook_url away before validation.
+    webhook_url: SkipJsonSchema[None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_reserved(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in RESERVED_FIELDS:
+                if name in data:
+                    # Not a ValueError, so pydantic lets it through as it is.
+                    raise UnsupportedFieldError(
+                        f"{name} is reserved and not supported yet; send the request without it"
+                    )
+        return data
 
     @field_validator("metadata")
     @classmethod
@@ -91,11 +114,46 @@ async def _read_json(request: Request) -> Any:
         raise UnsupportedMediaTypeError()
     raw = await request.body()
     try:
-        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        data = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         # ValueError covers bad UTF-8 and NaN/Infinity as well as bad syntax.
         msg = "the body is not valid JSON"
         raise InvalidRequestError(msg, errors=[{"loc": ["body"], "msg": msg}]) from None
+    bad = first_invalid_text(data)
+    if bad is not None:
+        loc, msg = bad
+        raise InvalidRequestError(msg, errors=[{"loc": ["body", *loc], "msg": msg}])
+    return data
+
+
+def first_invalid_text(data: Any) -> tuple[list[str | int], str] | None:
+    """Where the first string (key or value, at any depth) holding a lone surrogate
+    or NUL is, and what is wrong; None when every string is storable text.
+
+    Python's json module turns "\\ud800" escapes and even raw surrogate bytes into
+    str values that no UTF-8 encoder accepts, so they are looked for after parsing.
+    Iterative, so a deeply nested body costs no recursion.
+    """
+    pending: list[tuple[list[str | int], Any]] = [([], data)]
+    while pending:
+        loc, value = pending.pop()
+        if isinstance(value, str):
+            if _INVALID_TEXT.search(value):
+                return loc, _TEXT_MESSAGE
+        elif isinstance(value, dict):
+            children: list[tuple[list[str | int], Any]] = []
+            for key, child in value.items():
+                if _INVALID_TEXT.search(key):
+                    # The key itself cannot be echoed back: name the object holding it.
+                    return loc, "an object key " + _TEXT_MESSAGE
+                children.append(([*loc, key], child))
+            pending.extend(reversed(children))
+        elif isinstance(value, list):
+            pending.extend(reversed([([*loc, i], child) for i, child in enumerate(value)]))
+    return None
+
+
+_TEXT_MESSAGE = "must be valid text: no lone surrogates (\\ud800-\\udfff) and no NUL (\\u0000)"
 
 
 def _is_json(content_type: str) -> bool:

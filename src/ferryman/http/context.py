@@ -1,9 +1,11 @@
-"""What the request log line needs to know, filled in as the request is handled."""
+"""What the edge knows about a request, filled in as it is handled: what the log line
+needs (correlation id, tenant, job) and the headers every response to it carries
+(the access log middleware adds them, whichever layer answers)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ferryman.core.ids import new_correlation_id
@@ -23,6 +25,7 @@ class RequestInfo:
     correlation_id: str
     tenant_id: str | None = None
     job_id: str | None = None
+    response_headers: list[tuple[str, str]] = field(default_factory=list)
 
 
 def correlation_id_from(value: str | None) -> str:

@@ -3,11 +3,17 @@
 Every 4xx/5xx answer is RFC 9457 ``application/problem+json``:
 ``{"type", "title", "status", "detail", "code"}``, plus ``errors`` for validation.
 A class not in the table is found through its bases; anything that is not a
-FerrymanError is a 500 whose body says nothing about what went wrong.
+FerrymanError (or a FerrymanError no entry covers) is a 500 whose body says
+nothing about what went wrong.
+
+Every answer that asks the caller to come back later (429, 503) says when, in
+Retry-After: the error's own ``retry_after_seconds`` when it carries one, else
+the default for its class below.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +23,7 @@ from starlette.responses import JSONResponse
 from ferryman.core.errors import (
     AlreadyTerminalError,
     AuthenticationError,
+    BacklogQuotaExceededError,
     FerrymanError,
     ForbiddenError,
     IdempotencyKeyMismatchError,
@@ -26,10 +33,19 @@ from ferryman.core.errors import (
     PausedError,
     PayloadTooLargeError,
     RequestError,
+    ResultsUnavailableError,
+    ResultUnreadableError,
     StateConflictError,
+    StorageQuotaExceededError,
     StoreUnavailableError,
+    UnsupportedFieldError,
 )
-from ferryman.http.errors import RateLimitedError, UnsupportedMediaTypeError
+from ferryman.http.errors import (
+    RateLimitedError,
+    RequestTimeoutError,
+    TooManyConnectionsError,
+    UnsupportedMediaTypeError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -44,17 +60,34 @@ STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
     InvalidRequestError: (422, "Invalid request"),
     IdempotencyKeyMismatchError: (422, "Idempotency-Key reused with a different request"),
     InvalidIdempotencyKeyError: (400, "Invalid Idempotency-Key header"),
+    UnsupportedFieldError: (422, "Unsupported field"),
     PayloadTooLargeError: (413, "Request body too large"),
     UnsupportedMediaTypeError: (415, "Unsupported media type"),
+    RequestTimeoutError: (408, "Request timeout"),
     AuthenticationError: (401, "Authentication required"),
     ForbiddenError: (403, "Forbidden"),
     RateLimitedError: (429, "Too many requests"),
+    BacklogQuotaExceededError: (429, "Backlog quota exceeded"),
+    StorageQuotaExceededError: (507, "Storage quota exceeded"),
     RequestError: (400, "Bad request"),
     JobNotFoundError: (404, "Not found"),
     AlreadyTerminalError: (409, "Job already finished"),
     StateConflictError: (409, "Conflict"),
     PausedError: (503, "Intake paused"),
     StoreUnavailableError: (503, "Service unavailable"),
+    ResultsUnavailableError: (503, "Result store unavailable"),
+    ResultUnreadableError: (500, "Stored result unreadable"),
+    TooManyConnectionsError: (503, "Too many connections"),
+}
+
+# Seconds a caller should wait, for errors that do not carry their own figure.
+RETRY_AFTER_SECONDS: dict[type[FerrymanError], int] = {
+    RateLimitedError: 1,
+    BacklogQuotaExceededError: 30,
+    PausedError: 30,
+    StoreUnavailableError: 5,
+    ResultsUnavailableError: 5,
+    TooManyConnectionsError: 1,
 }
 
 # Starlette's own refusals (no route, wrong method), by status.
@@ -64,12 +97,25 @@ _HTTP_CODES: dict[int, tuple[str, str]] = {
 }
 
 
-def status_for(exc: FerrymanError) -> tuple[int, str]:
+def status_for(exc: FerrymanError) -> tuple[int, str] | None:
+    """The status and title for this error, or None when it is an internal error."""
     for cls in type(exc).__mro__:
         entry = STATUS_TABLE.get(cls)
         if entry is not None:
             return entry
-    return 500, "Internal server error"
+    return None
+
+
+def retry_after_for(exc: FerrymanError) -> int | None:
+    """Whole seconds for Retry-After (at least 1), or None when the error has none."""
+    default = next(
+        (RETRY_AFTER_SECONDS[c] for c in type(exc).__mro__ if c in RETRY_AFTER_SECONDS), None
+    )
+    if default is None:
+        return None
+    own = getattr(exc, "retry_after_seconds", None)
+    seconds = own if isinstance(own, int | float) and own > 0 else default
+    return max(1, math.ceil(seconds))
 
 
 def problem_response(
@@ -94,14 +140,19 @@ def problem_response(
 
 
 def render_error(exc: FerrymanError) -> JSONResponse:
-    status, title = status_for(exc)
-    if status == 500:
+    entry = status_for(exc)
+    if entry is None:
         return internal_error_response()
+    status, title = entry
     headers: dict[str, str] = {}
     if isinstance(exc, AuthenticationError):
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, PausedError | RateLimitedError):
-        headers["Retry-After"] = str(max(1, int(exc.retry_after_seconds)))
+    retry_after = retry_after_for(exc)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    if isinstance(exc, RequestTimeoutError | TooManyConnectionsError):
+        # The rest of this request (or this connection) is not worth reading.
+        headers["Connection"] = "close"
     errors = exc.errors if isinstance(exc, InvalidRequestError) else None
     return problem_response(
         status=status,

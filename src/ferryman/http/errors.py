@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferryman.core.errors import RequestError
+from ferryman.core.errors import FerrymanError, RequestError
 
 
 class RateLimitedError(RequestError):
@@ -19,3 +19,16 @@ class UnsupportedMediaTypeError(RequestError):
     """The request body must be JSON: send Content-Type: application/json."""
 
     code = "unsupported_media_type"
+
+
+class RequestTimeoutError(RequestError):
+    """The request body did not arrive in time; send it again, faster."""
+
+    code = "request_timeout"
+
+
+class TooManyConnectionsError(FerrymanError):
+    """The server is at its connection limit; try again shortly."""
+
+    code = "too_many_connections"
+    retry_after_seconds = 1

@@ -25,6 +25,7 @@ import structlog
 from ferryman.core.errors import FailureClass
 from ferryman.core.job import DEAD_LETTERED_CODE, EventKind, JobError
 from ferryman.observability import metrics
+from ferryman.observability.logging import describe_exception
 from ferryman.ports.queue import QueueMessage
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class Sweeper:
                         purged=report.purged,
                     )
             except Exception as exc:  # noqa: BLE001 - retried next round; never stop sweeping
-                log.warning("sweeper.failed", error_type=type(exc).__name__)
+                log.warning("sweeper.failed", **describe_exception(exc))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval_seconds):
                     await stop.wait()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ferryman.observability import metrics
+from ferryman.observability.logging import describe_exception
 from ferryman.ports.control import Switch
 from ferryman.ports.queue import TenantBudget
 from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
@@ -198,7 +199,7 @@ class Worker:
                 budget=self._budget,
             )
         except Exception as exc:  # noqa: BLE001 - a queue outage must not kill the worker
-            log.warning("worker.receive_failed", error_type=type(exc).__name__, error=str(exc))
+            log.warning("worker.receive_failed", **describe_exception(exc))
             await asyncio.sleep(IDLE_BACKOFF_SECONDS)
             return []
 
@@ -227,8 +228,7 @@ class Worker:
             log.warning(
                 "worker.delivery_failed",
                 job_id=delivery.message.job_id,
-                error_type=type(exc).__name__,
-                error=str(exc),
+                **describe_exception(exc),
             )
             return Verdict.DEFERRED
 

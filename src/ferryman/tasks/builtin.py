@@ -11,11 +11,15 @@ from ferryman.tasks.registry import TaskRegistry
 
 DEFAULT_MODEL = "sim"
 MAX_TOKENS_LIMIT = 32_000
+# Text limits, in characters (code points); docs/reference.md lists every one.
+MAX_PROMPT_CHARS = 100_000
+MAX_SYSTEM_CHARS = 20_000
+MAX_TICKET_CHARS = 20_000
 
 
 class GenerateInput(TaskInput):
-    prompt: str = Field(min_length=1, max_length=100_000)
-    system: str | None = None
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    system: str | None = Field(default=None, max_length=MAX_SYSTEM_CHARS)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
 
 
@@ -38,7 +42,7 @@ GENERATE = TaskDefinition(
 
 
 class ClassifyTicketInput(TaskInput):
-    ticket: str = Field(min_length=1, max_length=20_000)
+    ticket: str = Field(min_length=1, max_length=MAX_TICKET_CHARS)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
 
 

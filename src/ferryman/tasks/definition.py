@@ -75,6 +75,12 @@ class TaskDefinition(Generic[InputT]):
         default_model: str,
         render: Callable[[InputT], PromptParts],
     ) -> None:
+        unbounded = unbounded_text_fields(input_model)
+        if unbounded:
+            # Every free-text field a client can send has a documented length limit.
+            raise ValueError(
+                f"task {name!r}: give these input fields a max_length: {', '.join(unbounded)}"
+            )
         self.name = name
         self.input_model = input_model
         self.output_model = output_model
@@ -157,6 +163,33 @@ class TaskDefinition(Generic[InputT]):
                 f"the stored input no longer fits task {self.name!r}",
                 errors=_field_errors(exc, prefix=("input",)),
             ) from None
+
+
+def unbounded_text_fields(model: type[BaseModel]) -> list[str]:
+    """The input fields (dotted paths, at any depth) that take free text with no
+    maxLength: a client could fill the whole body with one of them."""
+    schema = model.model_json_schema()
+    definitions: dict[str, Any] = schema.get("$defs", {})
+    found: list[str] = []
+    pending: list[tuple[str, Any]] = [("", schema)]
+    seen_refs: set[str] = set()
+    while pending:
+        path, node = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref not in seen_refs:
+            seen_refs.add(ref)
+            pending.append((path, definitions.get(ref.rsplit("/", 1)[-1])))
+        if node.get("type") == "string" and not {"maxLength", "enum", "const"} & node.keys():
+            found.append(path or "(top level)")
+        for name, child in node.get("properties", {}).items():
+            pending.append((f"{path}.{name}" if path else name, child))
+        for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            pending.extend((path, child) for child in node.get(key, []))
+        for key in ("items", "additionalProperties"):
+            pending.append((path, node.get(key)))
+    return sorted(set(found))
 
 
 def _reject_constant(name: str) -> Any:

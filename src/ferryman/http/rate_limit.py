@@ -1,0 +1,106 @@
+"""Per-tenant request budgets, and how a response tells the caller about them.
+
+Two budgets per tenant, kept apart so that polling never costs a submission:
+
+- ``submit``: requests that change something (POST: submissions, cancels, admin
+  actions);
+- ``read``: requests that only look (GET, HEAD: a job, a list, its events, tasks).
+
+Each is a token bucket: ``burst`` requests at once, refilled at ``rate_per_second``.
+A request spends one token of its budget or is refused with 429 and Retry-After.
+
+Every authenticated response says where its budget stands, in the header fields of
+draft-ietf-httpapi-ratelimit-headers-11 (Structured Field lists):
+
+    RateLimit-Policy: "read";q=400;w=2     the bucket: q requests, full again in w s
+    RateLimit: "read";r=399;t=1            now: r requests left, full again in t s
+
+On a 429, r is 0 and t equals Retry-After (the draft asks that Retry-After never
+point before the end of the effective window).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+from ferryman.core.ratelimit import KeyedRateLimiter
+
+
+class Budget(enum.StrEnum):
+    SUBMIT = "submit"
+    READ = "read"
+
+    @classmethod
+    def for_method(cls, method: str) -> Budget:
+        return cls.READ if method in ("GET", "HEAD") else cls.SUBMIT
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """``burst`` requests at once, refilled at ``rate_per_second``."""
+
+    budget: Budget
+    rate_per_second: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if self.rate_per_second <= 0:
+            raise ValueError("rate_per_second must be positive")
+        if self.burst < 1:
+            raise ValueError("burst must be at least 1")
+
+    @property
+    def window_seconds(self) -> int:
+        """Whole seconds for an empty bucket to fill (rounded up, at least 1)."""
+        return max(1, math.ceil(self.burst / self.rate_per_second))
+
+    def header(self) -> str:
+        return f'"{self.budget}";q={self.burst};w={self.window_seconds}'
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One request's standing under a policy."""
+
+    policy: Policy
+    allowed: bool
+    remaining: int
+    # Seconds until the bucket is full again (allowed) or until the next token (refused).
+    reset_seconds: int
+
+    @property
+    def retry_after_seconds(self) -> int:
+        return self.reset_seconds
+
+    def headers(self) -> list[tuple[str, str]]:
+        return [
+            ("RateLimit-Policy", self.policy.header()),
+            ("RateLimit", f'"{self.policy.budget}";r={self.remaining};t={self.reset_seconds}'),
+        ]
+
+
+@dataclass(slots=True)
+class TenantBudgets:
+    """The buckets of every tenant (core.ratelimit), for each budget that has a policy."""
+
+    policies: dict[Budget, Policy]
+    _limiters: dict[Budget, KeyedRateLimiter] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self._limiters = {
+            budget: KeyedRateLimiter(policy.rate_per_second, policy.burst)
+            for budget, policy in self.policies.items()
+        }
+
+    def take(self, budget: Budget, tenant_id: str, now: float) -> Quota | None:
+        """Spend one request of ``tenant_id``'s ``budget``; None when it is unlimited."""
+        policy = self.policies.get(budget)
+        if policy is None:
+            return None
+        bucket = self._limiters[budget].bucket(tenant_id)
+        wait_seconds = bucket.take(now)
+        if wait_seconds > 0:
+            return Quota(policy, False, 0, max(1, math.ceil(wait_seconds)))
+        return Quota(policy, True, bucket.remaining, math.ceil(bucket.seconds_until_full))

@@ -1,0 +1,89 @@
+"""Small promises at the edge: reserved fields, trailing slashes, separate budgets.
+
+- ``webhook_url`` is refused with 422 ``unsupported_field`` whatever its value, and
+  nothing is stored (issue 5, item 15; API.md).
+- A trailing slash is a 404 problem, never a redirect whose host comes from the
+  request's Host header (item 14).
+- Polling reads never spend the submission budget (item 10), with the budgets of
+  the served configuration.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import httpx
+
+    from ferryman.wiring import Runtime
+
+    Problem = Callable[[httpx.Response, int, str], dict[str, Any]]
+
+GENERATE: dict[str, Any] = {"task": "generate", "input": {"prompt": "hi"}}
+
+
+@pytest.mark.parametrize("value", ["https://hooks.example/ferryman", None, "", 42])
+async def test_webhook_url_is_refused_and_nothing_is_stored(
+    hostile_client: Callable[..., httpx.AsyncClient],
+    hostile_runtime: Runtime,
+    problem: Problem,
+    value: object,
+) -> None:
+    response = await hostile_client().post(
+        "/v1/generations",
+        json={**GENERATE, "webhook_url": value},
+        headers={"Idempotency-Key": "hook-1"},
+    )
+
+    body = problem(response, 422, "unsupported_field")
+    assert "webhook_url" in body["detail"]
+    assert (await hostile_runtime.store.list_jobs(tenant_id="acme")).jobs == []
+    # The key was not taken either: the same key without the field makes a job.
+    retried = await hostile_client().post(
+        "/v1/generations", json=GENERATE, headers={"Idempotency-Key": "hook-1"}
+    )
+    assert retried.status_code == 202
+    assert "Idempotent-Replayed" not in retried.headers
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/generations/", "/healthz/", "/v1/admin/dead-letters/", "/v1/generations/x/"]
+)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_a_trailing_slash_is_404_never_a_redirect(
+    hostile_client: Callable[..., httpx.AsyncClient], problem: Problem, path: str, method: str
+) -> None:
+    response = await hostile_client().request(
+        method, path, headers={"Host": "evil.example", "X-Forwarded-Host": "evil.example"}
+    )
+
+    problem(response, 404, "not_found")
+    assert "location" not in response.headers
+    assert "evil.example" not in response.text
+
+
+async def test_polling_never_costs_a_submission(
+    hostile_client: Callable[..., httpx.AsyncClient], hostile_runtime: Runtime
+) -> None:
+    settings = hostile_runtime.settings
+    client = hostile_client()
+    job_id = (await client.post("/v1/generations", json=GENERATE)).json()["job_id"]
+
+    # Poll far past the submission burst (a shared budget would refuse these, or the
+    # submit after them), within the read burst.
+    assert settings.tenant_burst * 3 < settings.tenant_read_burst
+    polls = [
+        await client.get(f"/v1/generations/{job_id}") for _ in range(settings.tenant_read_burst - 2)
+    ]
+
+    assert {p.status_code for p in polls} == {200}
+    submitted = await client.post("/v1/generations", json=GENERATE)
+    cancelled = await client.post(f"/v1/generations/{job_id}/cancel")
+    assert submitted.status_code == 202
+    assert cancelled.status_code == 200
+    assert submitted.headers["RateLimit-Policy"].startswith('"submit";')
+    assert polls[-1].headers["RateLimit-Policy"].startswith('"read";')

@@ -1,0 +1,99 @@
+"""Per-tenant budgets: token buckets over explicit times, and what they advertise."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
+
+
+def budgets(rate: float = 2.0, burst: int = 4) -> TenantBudgets:
+    return TenantBudgets({Budget.SUBMIT: Policy(Budget.SUBMIT, rate, burst)})
+
+
+def test_a_burst_then_refusal_then_refill() -> None:
+    limiter = budgets(rate=2.0, burst=4)
+
+    taken = [limiter.take(Budget.SUBMIT, "acme", 100.0) for _ in range(5)]
+
+    assert [q.allowed for q in taken if q] == [True, True, True, True, False]
+    assert [q.remaining for q in taken if q] == [3, 2, 1, 0, 0]
+    refused = taken[-1]
+    assert refused is not None
+    assert refused.retry_after_seconds == 1  # half a second to the next token, rounded up
+    again = limiter.take(Budget.SUBMIT, "acme", 100.5)
+    assert again is not None
+    assert again.allowed
+
+
+def test_tenants_and_budgets_are_apart() -> None:
+    limiter = TenantBudgets(
+        {
+            Budget.SUBMIT: Policy(Budget.SUBMIT, 1.0, 1),
+            Budget.READ: Policy(Budget.READ, 1.0, 1),
+        }
+    )
+
+    first = limiter.take(Budget.SUBMIT, "acme", 0.0)
+    other_tenant = limiter.take(Budget.SUBMIT, "globex", 0.0)
+    other_budget = limiter.take(Budget.READ, "acme", 0.0)
+    second = limiter.take(Budget.SUBMIT, "acme", 0.0)
+
+    assert first and other_tenant and other_budget and second
+    assert (first.allowed, other_tenant.allowed, other_budget.allowed) == (True, True, True)
+    assert not second.allowed
+
+
+def test_a_budget_without_a_policy_is_unlimited() -> None:
+    assert budgets().take(Budget.READ, "acme", 0.0) is None
+
+
+def test_a_clock_stepping_back_mints_no_tokens() -> None:
+    limiter = budgets(rate=1.0, burst=1)
+    assert limiter.take(Budget.SUBMIT, "acme", 50.0).allowed  # type: ignore[union-attr]
+
+    back = limiter.take(Budget.SUBMIT, "acme", 10.0)
+
+    assert back is not None
+    assert not back.allowed
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "policy"),
+    [
+        (50.0, 100, '"submit";q=100;w=2'),
+        (200.0, 400, '"submit";q=400;w=2'),
+        (0.5, 3, '"submit";q=3;w=6'),
+        (100.0, 10, '"submit";q=10;w=1'),  # never a zero window
+        (3.0, 10, '"submit";q=10;w=4'),  # rounded up: never promises more than it gives
+    ],
+)
+def test_the_policy_header_states_burst_and_refill_window(
+    rate: float, burst: int, policy: str
+) -> None:
+    assert Policy(Budget.SUBMIT, rate, burst).header() == policy
+
+
+def test_the_ratelimit_header_says_what_is_left_and_when_it_is_full() -> None:
+    limiter = budgets(rate=2.0, burst=4)
+
+    quota = limiter.take(Budget.SUBMIT, "acme", 0.0)
+
+    assert quota is not None
+    assert dict(quota.headers()) == {
+        "RateLimit-Policy": '"submit";q=4;w=2',
+        "RateLimit": '"submit";r=3;t=1',
+    }
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
+def test_a_policy_needs_a_positive_rate_and_burst(rate: float, burst: int) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        Policy(Budget.SUBMIT, rate, burst)
+
+
+def test_reads_are_get_and_head_everything_else_submits() -> None:
+    assert Budget.for_method("GET") is Budget.READ
+    assert Budget.for_method("HEAD") is Budget.READ
+    assert Budget.for_method("POST") is Budget.SUBMIT
+    assert Budget.for_method("DELETE") is Budget.SUBMIT
