@@ -188,3 +188,57 @@ async def test_pause_validates_its_body(
     response = await clients.admin.post("/v1/admin/pause", json=body)
 
     http_problem(response, 422, "invalid_request")
+
+
+async def test_replay_by_default_skips_model_failures_and_client_cancellations(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    refused = (
+        await clients.acme.post(
+            "/v1/generations",
+            json={"task": "generate", "input": {"prompt": "p", "simulate": {"script": ["refuse"]}}},
+        )
+    ).json()["job_id"]
+    cancelled = await submit(clients.acme, "never mind")
+    await clients.acme.post(f"/v1/generations/{cancelled}/cancel")
+    await http_stack.run_worker()
+
+    default = await clients.admin.post(
+        "/v1/admin/dead-letters/replay",
+        json={"job_ids": [refused, cancelled], "reason": "policy changed"},
+    )
+    included = await clients.admin.post(
+        "/v1/admin/dead-letters/replay",
+        json={"job_ids": [refused, cancelled], "reason": "policy changed", "include_failed": True},
+    )
+
+    skipped = {e["job_id"]: e["reason"] for e in default.json()["skipped"]}
+    assert skipped == {refused: "not_dead_lettered", cancelled: "status_cancelled"}
+    assert included.json()["replayed"] == [refused]
+    assert included.json()["skipped"] == [{"job_id": cancelled, "reason": "status_cancelled"}]
+
+
+async def test_pause_resume_and_replay_leave_an_audit_record(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    stuck = await submit(clients.acme, "stuck")
+    await http_stack.dead_letter(stuck)
+    await clients.admin.post("/v1/admin/pause", json={"what": "workers", "reason": "provider down"})
+    await clients.admin.post("/v1/admin/resume", json={"what": "workers"})
+    await clients.admin.post(
+        "/v1/admin/dead-letters/replay", json={"job_ids": [stuck], "reason": "provider is back"}
+    )
+
+    page = (await clients.admin.get("/v1/admin/audit")).json()
+
+    records = [(r["action"], r["target"], r["reason"], r["actor"]) for r in page["data"]]
+    me = clients.admin_key_id
+    assert records == [
+        ("replay", stuck, "provider is back", me),
+        ("resume", "workers", None, me),
+        ("pause", "workers", "provider down", me),
+    ]
+    assert all(r["at"].endswith("Z") for r in page["data"])
+    older = (await clients.admin.get("/v1/admin/audit", params={"limit": 1, "before": 3})).json()
+    assert [r["action"] for r in older["data"]] == ["resume"]
+    assert (await clients.acme.get("/v1/admin/audit")).status_code == 403

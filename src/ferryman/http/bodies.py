@@ -79,6 +79,8 @@ class ReplayRequest(BaseModel):
 
     job_ids: list[str] = Field(min_length=1, max_length=100)
     reason: str = Field(min_length=1, max_length=500)
+    # Besides dead-lettered jobs, also FAILED ones that failed for a model reason.
+    include_failed: bool = False
 
 
 class SwitchRequest(BaseModel):
@@ -86,6 +88,8 @@ class SwitchRequest(BaseModel):
 
     # A Literal, not the Switch enum, so the schema has no $defs (see openapi_body).
     what: Literal["intake", "workers"]
+    # Why, for the audit log (who and when are the key and the clock).
+    reason: str | None = Field(default=None, min_length=1, max_length=500)
 
     @property
     def switch(self) -> Switch:

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
+    from ferryman.ports.control import AuditRecord
     from ferryman.services.jobs import JobView
 
 # Where work ran and where data lives: for operators, not for tenants.
@@ -170,3 +171,14 @@ def _encodable(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return orjson.Fragment(json.dumps(value))
     return value
+
+
+def audit_body(record: AuditRecord) -> dict[str, Any]:
+    return {
+        "id": record.record_id,
+        "at": iso(record.at),
+        "actor": record.actor,
+        "action": str(record.action),
+        "target": record.target,
+        "reason": record.reason,
+    }

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from ferryman.http.auth import Admin, app_deps
 from ferryman.http.bodies import ReplayRequest, SwitchRequest, openapi_body, read_body
-from ferryman.http.views import Cursor, admin_job_body
+from ferryman.http.views import Cursor, admin_job_body, audit_body
 
 router = APIRouter(prefix="/v1/admin", tags=["operations"])
 
@@ -31,7 +31,10 @@ async def dead_letters(
 async def replay(request: Request, principal: Admin) -> JSONResponse:
     body = await read_body(request, ReplayRequest)
     report = await app_deps(request).operations.replay(
-        body.job_ids, actor=principal.key_id, reason=body.reason
+        body.job_ids,
+        actor=principal.key_id,
+        reason=body.reason,
+        include_failed=body.include_failed,
     )
     return JSONResponse(
         {
@@ -54,5 +57,22 @@ async def resume(request: Request, principal: Admin) -> JSONResponse:
 async def _set_switch(request: Request, actor: str, *, paused: bool) -> JSONResponse:
     body = await read_body(request, SwitchRequest)
     operations = app_deps(request).operations
-    await operations.set_paused(body.switch, paused, actor=actor)
+    await operations.set_paused(body.switch, paused, actor=actor, reason=body.reason)
     return JSONResponse({"paused": sorted(str(switch) for switch in await operations.paused())})
+
+
+@router.get("/audit")
+async def audit(
+    request: Request,
+    principal: Admin,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    before: Annotated[int | None, Query(ge=1)] = None,
+) -> JSONResponse:
+    """Who paused, resumed or replayed what, when and why; newest first."""
+    records = await app_deps(request).operations.audit_log(limit=limit, before=before)
+    return JSONResponse(
+        {
+            "data": [audit_body(record) for record in records],
+            "next_before": records[-1].record_id if len(records) == limit else None,
+        }
+    )
