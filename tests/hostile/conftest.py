@@ -144,6 +144,8 @@ class Server:
     log_path: Path
     process: subprocess.Popen[bytes]
     _log_file: Any = field(repr=False)
+    directory: Path | None = None
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def url(self) -> str:
@@ -153,6 +155,19 @@ class Server:
         sock = socket.create_connection((self.host, self.port), timeout=timeout_seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
+
+    def new_key(self, tenant: str, *, admin: bool = False) -> str:
+        """A key of another tenant, made as an operator would (``ferryman keys create``)."""
+        created = subprocess.run(
+            _command("keys", "create", "--tenant", tenant, *(["--admin"] if admin else [])),
+            cwd=self.directory,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=True,
+        )
+        return created.stdout.strip()
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -213,22 +228,13 @@ def launch(directory: Path, **settings: Any) -> Server:
         stdout=subprocess.DEVNULL,
         stderr=log_file,
     )
-    server = Server("127.0.0.1", port, "", log_path, process, log_file)
+    server = Server("127.0.0.1", port, "", log_path, process, log_file, directory, env)
     try:
         _wait_healthy(server)
-        created = subprocess.run(
-            _command("keys", "create", "--tenant", "hostile"),
-            cwd=directory,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_SECONDS,
-            check=True,
-        )
+        server.key = server.new_key("hostile")
     except BaseException:
         server.stop()
         raise
-    server.key = created.stdout.strip()
     return server
 
 
