@@ -20,7 +20,7 @@ from ferryman.core.ratelimit import KeyedRateLimiter
 from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
-from ferryman.http.routes import admin, health, jobs
+from ferryman.http.routes import admin, health, jobs, keys
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
@@ -72,5 +72,6 @@ def create_app(deps: AppDeps) -> FastAPI:
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(admin.router)
+    app.include_router(keys.router)
     app.include_router(health.router)
     return app
