@@ -91,11 +91,21 @@ def test_submit_without_an_api_key_says_how_to_get_one(tmp_path: Path) -> None:
     assert "FERRYMAN_API_KEY" in done.stderr
 
 
-def test_submit_to_an_unreachable_api_fails_clearly(tmp_path: Path) -> None:
+def test_submit_to_an_unreachable_api_says_so_at_once_and_where_the_url_comes_from(
+    tmp_path: Path,
+) -> None:
     env = cli_env(FERRYMAN_URL=NOWHERE_URL, FERRYMAN_API_KEY="fm_x")
-    done = ferryman(tmp_path, "submit", "--task", "generate", "--input", "{}", env=env)
+    done = ferryman(
+        tmp_path, "submit", "--task", "generate", "--input", "{}", "--retry-for", "1", env=env
+    )
     assert done.returncode == 1
-    assert "cannot reach ferryman" in done.stderr
+    first, *_ = done.stderr.splitlines()
+    assert f"cannot reach ferryman at {NOWHERE_URL}" in first
+    assert "retrying for up to 1s" in first
+    assert "FERRYMAN_URL" in first
+    assert "--url" in first
+    assert "error: cannot reach ferryman" in done.stderr
+    assert done.stdout == ""
 
 
 def test_doctor_passes_on_defaults(tmp_path: Path) -> None:
