@@ -123,6 +123,7 @@ def test_the_last_admin_key_is_kept_unless_forced(tmp_path: Path) -> None:
         ("--expires-in", "30"),  # no unit
         ("--expires-at", "2099-01-31T19:00:00"),  # no offset
         ("--expires-at", "2000-01-01T00:00:00Z"),  # in the past
+        ("--expires-in", "100000w"),  # beyond a century
         ("--expires-in", "1d", "--expires-at", "2099-01-01T00:00:00Z"),
     ],
 )

@@ -35,7 +35,12 @@ from ferryman.cli.common import (
 from ferryman.core.errors import RequestError
 from ferryman.http.routes.keys import key_body
 from ferryman.ports.keys import RevokeOutcome
-from ferryman.services.access import ApiKeyNotFoundError, LastAdminKeyError, key_state
+from ferryman.services.access import (
+    MAX_KEY_LIFETIME_SECONDS,
+    ApiKeyNotFoundError,
+    LastAdminKeyError,
+    key_state,
+)
 from ferryman.wiring import check_urls, database_location, open_runtime
 
 if TYPE_CHECKING:
@@ -99,13 +104,14 @@ def _expiry(expires_in: str | None, expires_at: str | None) -> float | None:
     if expires_in is not None and expires_at is not None:
         fail("give --expires-in or --expires-at, not both", EXIT_USAGE)
     if expires_in is not None:
-        return time.time() + parse_duration(expires_in, "--expires-in")
-    if expires_at is not None:
+        at = time.time() + parse_duration(expires_in, "--expires-in")
+    elif expires_at is not None:
         at = parse_instant(expires_at, "--expires-at")
-        if at <= time.time():
-            fail(f"--expires-at must be in the future (got {expires_at})", EXIT_USAGE)
-        return at
-    return None
+    else:
+        return None
+    if not time.time() < at <= time.time() + MAX_KEY_LIFETIME_SECONDS:
+        fail("a key's expiry must be in the future, and at most 100 years away", EXIT_USAGE)
+    return at
 
 
 async def _create_key(s: Settings, tenant: str, admin: bool, expires_at: float | None) -> _Created:

@@ -40,6 +40,9 @@ _KEY_ID_HEX_CHARS = 12
 _TOKEN_RE = re.compile(r"fm_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{16,128})")
 _KEY_ID_RE = re.compile(r"(?:fm_)?(?P<key_id>[0-9a-f]{12})")
 _TENANT_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# The longest a key may be made to live: far beyond any real expiry, and near enough
+# that every expiry stays a date that can be written (datetime stops at year 9999).
+MAX_KEY_LIFETIME_SECONDS = 100 * 365 * 86_400
 # Hashed when the key_id is unknown, so that path costs what a wrong secret costs.
 _DUMMY_HASH = hashlib.sha256(b"ferryman-no-such-key").hexdigest()
 
@@ -117,8 +120,10 @@ class ApiKeys:
         """Like create, also returning the stored record (for showing its id and expiry)."""
         validate_tenant_id(tenant_id)
         now = self._clock.now()
-        if expires_at is not None and not (math.isfinite(expires_at) and expires_at > now):
-            msg = "the expiry must be in the future"
+        if expires_at is not None and not (
+            math.isfinite(expires_at) and now < expires_at <= now + MAX_KEY_LIFETIME_SECONDS
+        ):
+            msg = "the expiry must be in the future, and at most 100 years away"
             raise InvalidRequestError(msg, errors=[{"loc": ["expires_at"], "msg": msg}])
         key_id = secrets.token_hex(_KEY_ID_HEX_CHARS // 2)
         token = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"

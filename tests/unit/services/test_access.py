@@ -44,8 +44,8 @@ async def test_a_key_works_until_it_expires(api_keys: ApiKeys, clock: FakeClock)
     assert key_state(issued.record, clock.now()) is KeyState.EXPIRED
 
 
-@pytest.mark.parametrize("offset", [0.0, -1.0, float("inf"), float("nan")])
-async def test_an_expiry_must_be_a_future_moment(
+@pytest.mark.parametrize("offset", [0.0, -1.0, 101 * 365 * 86_400, float("inf"), float("nan")])
+async def test_an_expiry_must_be_a_future_moment_within_a_century(
     api_keys: ApiKeys, clock: FakeClock, offset: float
 ) -> None:
     with pytest.raises(InvalidRequestError):

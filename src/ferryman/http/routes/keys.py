@@ -18,13 +18,11 @@ from ferryman.http.auth import Admin, app_deps
 from ferryman.http.bodies import openapi_body, read_body
 from ferryman.http.views import iso
 from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
-from ferryman.services.access import ApiKeyNotFoundError, key_state
+from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, ApiKeyNotFoundError, key_state
 
 router = APIRouter(prefix="/v1/admin/keys", tags=["operations"])
 
 KEY_ID_PATTERN = r"^[0-9a-f]{12}$"
-# Ten years: far enough for any real expiry, near enough to stay a finite timestamp.
-MAX_EXPIRES_IN_SECONDS = 10 * 365 * 86_400
 
 
 class KeyRequest(BaseModel):
@@ -34,7 +32,7 @@ class KeyRequest(BaseModel):
     admin: StrictBool = False
     # At most one of the two; neither: the key never expires.
     expires_at: AwareDatetime | None = None
-    expires_in_seconds: float | None = Field(default=None, gt=0, le=MAX_EXPIRES_IN_SECONDS)
+    expires_in_seconds: float | None = Field(default=None, gt=0, le=MAX_KEY_LIFETIME_SECONDS)
 
 
 def key_body(record: ApiKeyRecord, now: float) -> dict[str, Any]:
