@@ -9,6 +9,11 @@ uuid4 unless the caller gives one) and every retry reuses that key, so a request
 whose answer was lost maps to the job the server already stored, never a second
 one. Reads are retried the same way. Cancel is retried only when the request
 surely never reached the server (connection refused, 429, 503).
+
+Retries are bounded by time, not by count: ``retry_budget_seconds`` (60 s by
+default) is long enough to ride out an API restart, and an ``on_retry`` hook hears
+of every retry as it is scheduled, so a caller can tell its user at once that the
+API cannot be reached and that the client keeps trying.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ import email.utils
 import random
 import time
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from ferryman.core.errors import FerrymanError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 # Failures after which the server certainly did nothing: any request may be retried.
@@ -30,11 +39,37 @@ _UNSENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _UNSENT_STATUSES = frozenset({429, 503})
 # Longest wait a server's Retry-After may impose on one retry.
 _MAX_RETRY_AFTER_SECONDS = 60.0
+# Long enough to ride out an API restart (or a deploy's rolling restart).
+DEFAULT_RETRY_BUDGET_SECONDS = 60.0
 
 
 async def _sleep(seconds: float) -> None:
     """Every wait of the client goes through here, so tests can skip the waiting."""
     await asyncio.sleep(seconds)
+
+
+def _monotonic() -> float:
+    """Every reading of the retry budget's clock, so tests can move it with _sleep."""
+    return time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryNotice:
+    """A failed try that the client is about to retry, for progress reports."""
+
+    method: str
+    path: str
+    base_url: str
+    error: str  # "ConnectError", "503 Service Unavailable", ...
+    status: int | None  # None when the server could not be reached at all
+    retry: int  # 1 for the first retry
+    delay_seconds: float  # the wait before it
+    elapsed_seconds: float  # since the first try
+    budget_seconds: float  # retries stop once this much time has passed
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status is None
 
 
 class ClientError(FerrymanError):
@@ -123,19 +158,28 @@ class Client:
         *,
         timeout_seconds: float = 10,
         transport: httpx.AsyncBaseTransport | None = None,
-        max_retries: int = 4,
+        retry_budget_seconds: float = DEFAULT_RETRY_BUDGET_SECONDS,
+        max_retries: int | None = None,
         backoff_initial_seconds: float = 0.25,
         backoff_max_seconds: float = 8.0,
+        on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
+        """``retry_budget_seconds``: how long after its first try a request may still be
+        retried (0: never retry); ``max_retries`` optionally caps the count as well.
+        ``on_retry`` is called before each retry's wait."""
+        if retry_budget_seconds < 0:
+            raise ValueError("retry_budget_seconds cannot be negative")
         headers = {"User-Agent": "ferryman-client"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
+        self._retry_budget = retry_budget_seconds
         self._max_retries = max_retries
         self._backoff_initial = backoff_initial_seconds
         self._backoff_max = backoff_max_seconds
+        self._on_retry = on_retry
 
     async def __aenter__(self) -> Client:
         await self._http.__aenter__()
@@ -183,12 +227,17 @@ class Client:
         timeout_seconds: float = 300,
         initial_interval: float = 0.2,
         max_interval: float = 5,
+        on_poll: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        """Poll until the job is terminal; raise WaitTimeoutError after timeout_seconds."""
+        """Poll until the job is terminal; raise WaitTimeoutError after timeout_seconds.
+
+        ``on_poll`` sees the job after every poll (to show progress)."""
         deadline = time.monotonic() + timeout_seconds
         interval = initial_interval
         while True:
             job = await self.get(job_id)
+            if on_poll is not None:
+                on_poll(job)
             if job.get("status") in TERMINAL_STATUSES:
                 return job
             remaining = deadline - time.monotonic()
@@ -228,25 +277,69 @@ class Client:
     async def _send_with_retries(
         self, method: str, path: str, *, idempotent: bool, **kwargs: Any
     ) -> httpx.Response:
+        started = _monotonic()
         retry = 0
         while True:
             try:
                 response = await self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                if retry >= self._max_retries or not self._may_retry_error(exc, idempotent):
+                delay = self._next_delay(retry, None, started)
+                if delay is None or not self._may_retry_error(exc, idempotent):
                     raise ClientError(
-                        f"cannot reach ferryman at {self._http.base_url}: {type(exc).__name__}",
+                        f"cannot reach ferryman at {self._http.base_url}: {type(exc).__name__}"
+                        f" (tried for {_monotonic() - started:.0f}s)",
                         code="unreachable",
                     ) from exc
-                await _sleep(self._backoff(retry, None))
+                self._notify(method, path, type(exc).__name__, None, retry, delay, started)
             else:
-                if retry >= self._max_retries or not self._may_retry_status(
-                    response.status_code, idempotent
-                ):
+                status = response.status_code
+                if not self._may_retry_status(status, idempotent):
+                    return response
+                delay = self._next_delay(retry, retry_after_seconds(response), started)
+                if delay is None:
                     return response
                 await response.aclose()
-                await _sleep(self._backoff(retry, retry_after_seconds(response)))
+                error = f"{status} {response.reason_phrase}".strip()
+                self._notify(method, path, error, status, retry, delay, started)
+            await _sleep(delay)
             retry += 1
+
+    def _next_delay(self, retry: int, retry_after: float | None, started: float) -> float | None:
+        """The wait before the next try, or None when the budget does not allow one."""
+        if self._max_retries is not None and retry >= self._max_retries:
+            return None
+        remaining = self._retry_budget - (_monotonic() - started)
+        if remaining <= 0:
+            return None
+        if retry_after is not None and min(retry_after, _MAX_RETRY_AFTER_SECONDS) > remaining:
+            return None  # the server asks for a longer wait than the budget has left
+        return min(self._backoff(retry, retry_after), remaining)
+
+    def _notify(
+        self,
+        method: str,
+        path: str,
+        error: str,
+        status: int | None,
+        retry: int,
+        delay: float,
+        started: float,
+    ) -> None:
+        if self._on_retry is None:
+            return
+        self._on_retry(
+            RetryNotice(
+                method=method,
+                path=path,
+                base_url=str(self._http.base_url),
+                error=error,
+                status=status,
+                retry=retry + 1,
+                delay_seconds=delay,
+                elapsed_seconds=_monotonic() - started,
+                budget_seconds=self._retry_budget,
+            )
+        )
 
     @staticmethod
     def _may_retry_error(exc: httpx.TransportError, idempotent: bool) -> bool:

@@ -10,9 +10,11 @@ still starts and can be diagnosed.
 
 from __future__ import annotations
 
+import difflib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -26,6 +28,9 @@ from ferryman.core.errors import FerrymanError
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ENV_PREFIX = "FERRYMAN_"
 CONFIG_ENV = "FERRYMAN_CONFIG"
@@ -227,3 +232,42 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(lines)) from None
     except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
         raise ConfigurationError(f"cannot read the configuration file: {exc}") from None
+
+
+# --- FERRYMAN_* variables that are no setting -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownVariable:
+    """A FERRYMAN_* environment variable no setting reads (a typo, or a removed setting)."""
+
+    name: str  # as spelled in the environment
+    closest: str | None  # the known name it most resembles, if any is close
+
+    def describe(self) -> str:
+        hint = f" (did you mean {self.closest}?)" if self.closest else ""
+        return f"{self.name} is not a ferryman setting and is ignored{hint}"
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable ferryman reads: one per Settings field, plus FERRYMAN_CONFIG."""
+    return frozenset({CONFIG_ENV, *(env_name(name) for name in Settings.model_fields)})
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownVariable]:
+    """The FERRYMAN_* variables in ``environ`` (default: this process's) that nothing reads.
+
+    Names are compared case-insensitively, as Settings reads them. The closest known
+    name is looked for among the parts after the prefix, which every name shares.
+    """
+    env = os.environ if environ is None else environ
+    known = known_variables()
+    suffixes = {name.removeprefix(ENV_PREFIX): name for name in known}
+    found: list[UnknownVariable] = []
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, n=1)
+        found.append(UnknownVariable(name=name, closest=suffixes[close[0]] if close else None))
+    return found

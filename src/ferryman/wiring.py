@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from ferryman.adapters.sqlite import (
     SqliteJobStore,
     SqliteResultStore,
 )
+from ferryman.adapters.sqlite.migrations import applied_version, latest_version
 from ferryman.core.clock import SystemClock
 from ferryman.core.errors import FerrymanError
 from ferryman.core.ids import new_worker_id
@@ -137,6 +139,13 @@ class Runtime:
     results_location: str
     providers: list[ModelProvider] = field(default_factory=list)
 
+    async def prepare_storage(self) -> None:
+        """Make the results directory (owner-only) if there is none, so a process that
+        serves is ready, and ``doctor`` agrees, before its first result is written."""
+        directory = results_directory(self.settings.results_url)
+        if directory is not None:
+            await asyncio.to_thread(Path(directory).mkdir, mode=0o700, parents=True, exist_ok=True)
+
     def new_worker(self, concurrency: int | None = None) -> Worker:
         s = self.settings
         return Worker(
@@ -244,3 +253,61 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
         database_path=path if path == ":memory:" else str(Path(path).resolve()),
         results_location=results_location,
     )
+
+
+# --- looking without touching: doctor, and commands that must not create a database ---
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseProbe:
+    """What the configured database file holds, seen read-only."""
+
+    path: str  # absolute, as every message names it
+    exists: bool
+    latest_version: int  # the schema version this ferryman writes
+    schema_version: int | None = None  # None when missing or unreadable
+    error: str | None = None  # why it could not be read
+
+    @property
+    def pending_migrations(self) -> int:
+        if self.schema_version is None:
+            return 0
+        return max(0, self.latest_version - self.schema_version)
+
+
+def database_location(settings: Settings) -> Path:
+    """The absolute path of the configured SQLite file (relative to the working directory)."""
+    return Path(sqlite_path(settings.database_url)).resolve()
+
+
+def results_location(settings: Settings) -> Path | None:
+    """The absolute results directory, or None when results are kept in the database."""
+    directory = results_directory(settings.results_url)
+    return None if directory is None else Path(directory).resolve()
+
+
+def probe_database(settings: Settings) -> DatabaseProbe:
+    """Look at the database without creating, migrating or writing anything (blocking).
+
+    SQLite's read-only mode still makes the -wal and -shm files when they are absent.
+    They are absent only when no process has the file open (the last one to close
+    checkpoints the WAL into the file and deletes them), so then the file is read as
+    immutable, which creates nothing and, with no writer, sees all there is.
+    """
+    path = database_location(settings)
+    latest = latest_version()
+    if not path.is_file():
+        return DatabaseProbe(path=str(path), exists=path.exists(), latest_version=latest)
+    in_use = all(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
+    uri = f"{path.as_uri()}?mode=ro" + ("" if in_use else "&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+        try:
+            version = applied_version(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return DatabaseProbe(
+            path=str(path), exists=True, latest_version=latest, error=f"{type(exc).__name__}: {exc}"
+        )
+    return DatabaseProbe(path=str(path), exists=True, latest_version=latest, schema_version=version)

@@ -10,6 +10,7 @@ visible as abandoned attempts, and each result is the right one for its prompt.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +31,7 @@ FAILPOINTS = (
 )
 CRASH_EXIT_CODE = 86
 DEADLINE_SECONDS = 300
+STOP_TIMEOUT_SECONDS = 30
 
 
 def _free_port() -> int:
@@ -67,7 +69,13 @@ def _ferryman(*args: str) -> list[str]:
 
 
 class Fleet:
-    """A supervisor: restarts any worker that dies, counting the crashes."""
+    """A supervisor: restarts any worker that dies, counting the crashes.
+
+    Crashes are counted from exit codes, and the failpoints that fired from the
+    workers' logs; the two agree only once no worker runs any more (a worker can
+    crash on a stray message after the last job finished), so ``stop`` ends every
+    worker and reaps it before the counts are compared.
+    """
 
     def __init__(self, tmp: Path) -> None:
         self._tmp = tmp
@@ -75,6 +83,7 @@ class Fleet:
         self.crashes = 0
         self.other_exits: list[int] = []
         self._spawned = 0
+        self._stopped = False
 
     def start(self) -> None:
         self.workers.append(self._spawn())
@@ -89,23 +98,40 @@ class Fleet:
                 stderr=subprocess.STDOUT,
             )
 
+    def _count(self, code: int) -> None:
+        if code == CRASH_EXIT_CODE:
+            self.crashes += 1
+        else:
+            self.other_exits.append(code)
+
     def supervise(self) -> None:
         for i, proc in enumerate(self.workers):
             code = proc.poll()
             if code is None:
                 continue
-            if code == CRASH_EXIT_CODE:
-                self.crashes += 1
-            else:
-                self.other_exits.append(code)
+            self._count(code)  # a worker never exits by itself, not even with 0
             self.workers[i] = self._spawn()
 
     def stop(self) -> None:
+        """SIGTERM every worker and reap it. A failpoint crash still exits 86 (counted);
+        a graceful stop exits 0. SIGTERM cannot cut a failpoint between its log line
+        and its exit, as a kill could (the handler only sets an event on the loop), so
+        every logged crash is a counted one."""
+        if self._stopped:
+            return
+        self._stopped = True
         for proc in self.workers:
             if proc.poll() is None:
-                proc.kill()
+                proc.send_signal(signal.SIGTERM)
         for proc in self.workers:
-            proc.wait(timeout=10)
+            try:
+                code = proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+            # -SIGTERM: a worker just restarted, stopped before it installed its handler.
+            if code not in (0, -signal.SIGTERM):
+                self._count(code)
 
 
 def _wait_healthy(base_url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -187,12 +213,14 @@ def test_workers_crashing_at_every_failpoint_lose_nothing_and_publish_once(tmp_p
                 fleet.start()
             final = _wait_all_terminal(client, fleet, list(prompts))
             abandoned = _assert_invariants(client, prompts, final)
+        fleet.stop()  # every worker gone: no crash can land between the two counts
         assert fleet.other_exits == [], "workers must only exit by injected crashes"
         fired = _failpoints_fired(tmp_path)
         assert sum(fired.values()) == fleet.crashes > 0, (fired, fleet.crashes)
         # A crash after the claim and before the outcome leaves an open attempt; each
         # must have become visible as abandoned (a crash also abandons the other
-        # attempts that worker had in flight, hence >=).
+        # attempts that worker had in flight, hence >=). Once every job is finished no
+        # claim can succeed, so no such crash can come after the attempts were read.
         mid_attempt = sum(
             fired.get(p, 0) for p in ("after_claim", "after_invoke", "after_result_put")
         )

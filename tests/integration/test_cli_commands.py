@@ -45,14 +45,34 @@ def test_help_lists_every_command(tmp_path: Path) -> None:
         assert command in done.stdout
 
 
-def test_keys_create_prints_the_key_alone(tmp_path: Path) -> None:
+def test_keys_create_prints_the_key_alone_and_names_the_database_it_made(
+    tmp_path: Path,
+) -> None:
     done = ferryman(tmp_path, "keys", "create", "--tenant", "acme")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("fm_")
     assert " " not in lines[0]
-    assert (tmp_path / "ferryman.db").exists()
+    database = tmp_path.resolve() / "ferryman.db"
+    assert database.exists()
+    # It had to make the database: said loudly, by absolute path, with how to point elsewhere.
+    assert f"no database at {database}" in done.stderr
+    assert "FERRYMAN_DATABASE_URL" in done.stderr
+    assert f"stored in {database}" in done.stderr
+    assert lines[0] not in done.stderr
+
+
+def test_keys_create_into_an_existing_database_names_it_without_alarm(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "server"
+    elsewhere.mkdir()
+    assert ferryman(elsewhere, "migrate").returncode == 0
+    env = cli_env(FERRYMAN_DATABASE_URL=f"sqlite:///{elsewhere}/ferryman.db")
+    done = ferryman(tmp_path, "keys", "create", "--tenant", "acme", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"stored in {elsewhere.resolve()}/ferryman.db" in done.stderr
+    assert "warning" not in done.stderr
+    assert not (tmp_path / "ferryman.db").exists()
 
 
 def test_keys_create_gives_a_new_key_each_time(tmp_path: Path) -> None:
@@ -91,18 +111,75 @@ def test_submit_without_an_api_key_says_how_to_get_one(tmp_path: Path) -> None:
     assert "FERRYMAN_API_KEY" in done.stderr
 
 
-def test_submit_to_an_unreachable_api_fails_clearly(tmp_path: Path) -> None:
+def test_submit_to_an_unreachable_api_says_so_at_once_and_where_the_url_comes_from(
+    tmp_path: Path,
+) -> None:
     env = cli_env(FERRYMAN_URL=NOWHERE_URL, FERRYMAN_API_KEY="fm_x")
-    done = ferryman(tmp_path, "submit", "--task", "generate", "--input", "{}", env=env)
+    done = ferryman(
+        tmp_path, "submit", "--task", "generate", "--input", "{}", "--retry-for", "1", env=env
+    )
     assert done.returncode == 1
-    assert "cannot reach ferryman" in done.stderr
+    first, *_ = done.stderr.splitlines()
+    assert f"cannot reach ferryman at {NOWHERE_URL}" in first
+    assert "retrying for up to 1s" in first
+    assert "FERRYMAN_URL" in first
+    assert "--url" in first
+    assert "error: cannot reach ferryman" in done.stderr
+    assert done.stdout == ""
 
 
-def test_doctor_passes_on_defaults(tmp_path: Path) -> None:
+def test_doctor_only_looks_a_missing_database_fails_and_nothing_is_created(
+    tmp_path: Path,
+) -> None:
+    env = cli_env(FERRYMAN_DATABASE_URL="sqlite:///./data/ferryman.db")
+    done = ferryman(tmp_path, "doctor", env=env)
+    assert done.returncode == 1
+    assert f"no database at {tmp_path.resolve()}/data/ferryman.db" in done.stdout
+    assert "2 check(s) failed" in done.stdout  # the database and the results directory
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_passes_once_migrate_has_made_the_database_and_results_directory(
+    tmp_path: Path,
+) -> None:
+    made = ferryman(tmp_path, "migrate")
+    assert made.returncode == 0, made.stderr
+    assert f"created the database {tmp_path.resolve()}/ferryman.db" in made.stderr
+    assert f"created the results directory {tmp_path.resolve()}/ferryman-results" in made.stderr
+    again = ferryman(tmp_path, "migrate")
+    assert again.returncode == 0
+    assert "created" not in again.stderr
+    assert "schema already at version" in again.stderr
+    files = sorted(p.name for p in tmp_path.iterdir())
+
     done = ferryman(tmp_path, "doctor")
+
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FAIL" not in done.stdout
     assert "database reachable" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == files
+
+
+def test_an_unknown_ferryman_variable_is_a_warning_everywhere_and_fails_doctor(
+    tmp_path: Path,
+) -> None:
+    assert ferryman(tmp_path, "migrate").returncode == 0
+    env = cli_env(FERRYMAN_MAX_RECIEVES="3")
+    expected = "FERRYMAN_MAX_RECIEVES is not a ferryman setting"
+    listed = ferryman(tmp_path, "keys", "list", env=env)
+    assert listed.returncode == 0
+    assert expected in listed.stderr
+    assert "did you mean FERRYMAN_MAX_RECEIVES?" in listed.stderr
+    doctor = ferryman(tmp_path, "doctor", env=env)
+    assert doctor.returncode == 1
+    assert expected in doctor.stderr
+    assert "FAIL FERRYMAN_* names known (FERRYMAN_MAX_RECIEVES)" in doctor.stdout
+
+
+def test_version(tmp_path: Path) -> None:
+    done = ferryman(tmp_path, "--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("ferryman 0.")
 
 
 def test_doctor_fails_with_too_few_receives(tmp_path: Path) -> None:
@@ -119,7 +196,16 @@ def test_doctor_reads_a_toml_file(tmp_path: Path) -> None:
     assert "FERRYMAN_LEASE_SECONDS" in done.stdout
 
 
+def test_commands_that_look_need_an_existing_database(tmp_path: Path) -> None:
+    for command in (("dlq", "list"), ("keys", "list"), ("keys", "revoke", "0123456789ab")):
+        done = ferryman(tmp_path, *command)
+        assert done.returncode == 1, command
+        assert f"no database at {tmp_path.resolve()}/ferryman.db" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_dlq_list_on_an_empty_database(tmp_path: Path) -> None:
+    assert ferryman(tmp_path, "migrate").returncode == 0
     done = ferryman(tmp_path, "dlq", "list")
     assert done.returncode == 0, done.stderr
     assert "No dead-lettered jobs" in done.stderr
@@ -129,6 +215,7 @@ def test_dlq_list_on_an_empty_database(tmp_path: Path) -> None:
 
 
 def test_dlq_replay_reports_unknown_jobs_as_skipped(tmp_path: Path) -> None:
+    assert ferryman(tmp_path, "migrate").returncode == 0
     done = ferryman(tmp_path, "dlq", "replay", "gen_missing", "--reason", "test")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "skipped gen_missing (not_found)"

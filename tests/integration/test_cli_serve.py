@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import signal
@@ -22,6 +23,8 @@ from ferryman.wiring import open_runtime
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from ferryman.core.job import Attempt
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +94,9 @@ class Served:
     env: dict[str, str]  # FERRYMAN_URL and FERRYMAN_API_KEY set for the client commands
     process: subprocess.Popen[str]
 
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.env['FERRYMAN_API_KEY']}"}
+
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             command(*args),
@@ -119,7 +125,8 @@ def create_key(cwd: Path, env: dict[str, str]) -> str:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
     port = free_port()
-    env = base_env(FERRYMAN_SHUTDOWN_GRACE_SECONDS="10")
+    # A grace far longer than any call the tests make: SIGTERM must let them finish.
+    env = base_env(FERRYMAN_SHUTDOWN_GRACE_SECONDS="60")
     process = start(tmp_path, env, "serve", "--port", str(port))
     try:
         url = f"http://127.0.0.1:{port}"
@@ -173,34 +180,89 @@ def test_a_failed_job_prints_its_error_and_exits_1(served: Served) -> None:
 
 
 def test_a_wait_that_runs_out_exits_3(served: Served) -> None:
-    slow = '{"prompt": "hi", "simulate": {"latency_ms": 2000}}'
+    # The call outlasts the wait by far, however slowly this machine starts the CLI.
+    slow = '{"prompt": "hi", "simulate": {"latency_ms": 20000}}'
     done = served.run("submit", "--task", "generate", "--input", slow, "--wait", "--timeout", "0.3")
     assert done.returncode == 3
     assert json.loads(done.stdout)["status"] in {"QUEUED", "PROCESSING"}
 
 
+# Calls long enough to be seen running and signalled mid-call; a slower machine gets the
+# next, longer one (each is well inside the shutdown grace and the provider timeout).
+IN_FLIGHT_CALLS_MS = (3_000, 6_000, 12_000)
+# Signal only while at least this much of the call is still to run.
+SIGNAL_MARGIN_SECONDS = 1.0
+
+
 def test_sigterm_lets_the_call_in_flight_finish(served: Served) -> None:
-    slow = '{"prompt": "hi", "simulate": {"latency_ms": 1500}}'
-    job = json.loads(served.run("submit", "--task", "generate", "--input", slow).stdout)
-    deadline = time.monotonic() + 10
-    while json.loads(served.run("status", job["job_id"]).stdout)["status"] != "PROCESSING":
-        assert time.monotonic() < deadline, "the job was never picked up"
-        time.sleep(0.1)
+    # Race-free by construction: the job is watched over HTTP (not by a CLI process per
+    # look, which on a loaded machine can take longer than the call), and the signal is
+    # sent only once the attempt's own start time shows the call is still running.
+    with httpx.Client(base_url=served.url, headers=served.headers(), timeout=30) as client:
+        for latency_ms in IN_FLIGHT_CALLS_MS:
+            job_id = submit_slow(client, latency_ms)
+            started_at = wait_running(client, job_id)
+            if started_at is None:
+                continue  # it finished before it was seen running
+            if time.time() < started_at + latency_ms / 1000 - SIGNAL_MARGIN_SECONDS:
+                signalled_at = time.time()
+                served.process.send_signal(signal.SIGTERM)
+                break
+            wait_finished(client, job_id)
+        else:
+            pytest.fail("no call was ever seen running early enough to signal mid-call")
 
     code, _, err = stop(served.process)
     assert code == 0, err
-    assert stored_status(served.cwd, job["job_id"]) == "SUCCEEDED"
+    status, attempts = stored_job(served.cwd, job_id)
+    assert status == "SUCCEEDED"
+    assert [str(a.outcome) for a in attempts] == ["succeeded"]  # finished, not given back
+    assert attempts[0].ended_at is not None
+    assert attempts[0].ended_at > signalled_at  # it was in flight when the signal came
 
 
-def stored_status(cwd: Path, job_id: str) -> str:
-    """Read the job straight from the stopped server's database."""
+POLL_DEADLINE_SECONDS = 60
 
-    async def read() -> str:
+
+def submit_slow(client: httpx.Client, latency_ms: int) -> str:
+    body = {"task": "generate", "input": {"prompt": "hi", "simulate": {"latency_ms": latency_ms}}}
+    response = client.post("/v1/generations", json=body)
+    assert response.status_code == 202, response.text
+    return str(response.json()["job_id"])
+
+
+def wait_running(client: httpx.Client, job_id: str) -> float | None:
+    """When the running attempt started (epoch seconds), or None if the job finished first."""
+    deadline = time.monotonic() + POLL_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        status = client.get(f"/v1/generations/{job_id}").json()["status"]
+        if status == "PROCESSING":
+            attempts = client.get(f"/v1/generations/{job_id}/events").json()["attempts"]
+            started = attempts[-1]["started_at"].replace("Z", "+00:00")
+            return dt.datetime.fromisoformat(started).timestamp()
+        if status in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return None
+        time.sleep(0.05)  # 20 looks a second: well inside the tenant's rate limit
+    pytest.fail(f"{job_id} was never picked up")
+
+
+def wait_finished(client: httpx.Client, job_id: str) -> None:
+    deadline = time.monotonic() + POLL_DEADLINE_SECONDS
+    while client.get(f"/v1/generations/{job_id}").json()["status"] == "PROCESSING":
+        assert time.monotonic() < deadline, f"{job_id} never finished"
+        time.sleep(0.05)
+
+
+def stored_job(cwd: Path, job_id: str) -> tuple[str, list[Attempt]]:
+    """Read the job and its attempts straight from the stopped server's database."""
+
+    async def read() -> tuple[str, list[Attempt]]:
         settings = Settings(database_url=f"sqlite:///{cwd}/ferryman.db")
         async with open_runtime(settings) as runtime:
             job = await runtime.store.get(job_id)
+            attempts = await runtime.store.attempts(job_id)
         assert job is not None
-        return str(job.status)
+        return str(job.status), attempts
 
     return asyncio.run(read())
 

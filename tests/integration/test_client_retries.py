@@ -11,7 +11,13 @@ import pytest
 
 import ferryman.client as client_module
 from ferryman.cli.serving import app_deps
-from ferryman.client import Client, ClientError, retry_after_seconds
+from ferryman.client import (
+    DEFAULT_RETRY_BUDGET_SECONDS,
+    Client,
+    ClientError,
+    RetryNotice,
+    retry_after_seconds,
+)
 from ferryman.config import Settings
 from ferryman.http.app import create_app
 from ferryman.wiring import open_runtime
@@ -26,13 +32,14 @@ JOB = {"job_id": "gen_1", "status": "QUEUED", "created_at": "x", "correlation_id
 
 @pytest.fixture
 def retry_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Record the client's waits instead of waiting."""
+    """Record the client's waits instead of waiting; its budget clock moves by them."""
     sleeps: list[float] = []
 
     async def no_wait(seconds: float) -> None:
         sleeps.append(seconds)
 
     monkeypatch.setattr(client_module, "_sleep", no_wait)
+    monkeypatch.setattr(client_module, "_monotonic", lambda: sum(sleeps))
     return sleeps
 
 
@@ -239,3 +246,95 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert 25 <= (retry_after_seconds(with_header(later)) or 0) <= 31
     assert retry_after_seconds(with_header("whenever")) is None
     assert retry_after_seconds(httpx.Response(429)) is None
+
+
+# --- the time budget (an API restart must not lose a submission) ----------------------
+
+
+def refused_for(seconds: float, sleeps: list[float]) -> Callable[[httpx.Request], httpx.Response]:
+    """Connection refused until the (virtual) clock reaches ``seconds``, then accepted."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if sum(sleeps) < seconds:
+            return refuse_connection(request)
+        return accepted(request)
+
+    return answer
+
+
+async def test_the_default_budget_rides_out_a_restart_of_tens_of_seconds(
+    retry_sleeps: list[float],
+) -> None:
+    transport, seen = scripted([refused_for(40, retry_sleeps)])
+    async with Client(BASE_URL, "k", transport=transport) as client:
+        job = await client.submit("generate", {"prompt": "x"})
+    assert job == JOB
+    assert DEFAULT_RETRY_BUDGET_SECONDS >= 40
+    assert len({r.headers["Idempotency-Key"] for r in seen}) == 1  # so at most one job
+
+
+async def test_retries_stop_when_the_time_budget_is_spent(retry_sleeps: list[float]) -> None:
+    transport, seen = scripted([refuse_connection])
+    async with Client(BASE_URL, "k", transport=transport, retry_budget_seconds=30) as client:
+        with pytest.raises(ClientError) as caught:
+            await client.submit("generate", {"prompt": "x"})
+    assert caught.value.code == "unreachable"
+    assert sum(retry_sleeps) == pytest.approx(30)  # the last wait is cut to the budget
+    assert len(seen) == len(retry_sleeps) + 1
+
+
+async def test_a_zero_budget_never_retries(retry_sleeps: list[float]) -> None:
+    transport, seen = scripted([refuse_connection])
+    async with Client(BASE_URL, "k", transport=transport, retry_budget_seconds=0) as client:
+        with pytest.raises(ClientError):
+            await client.submit("generate", {"prompt": "x"})
+    assert (len(seen), retry_sleeps) == (1, [])
+
+
+async def test_a_retry_after_beyond_the_budget_ends_the_retries_at_once(
+    retry_sleeps: list[float],
+) -> None:
+    transport, seen = scripted([status(429, **{"Retry-After": "50"}), accepted])
+    async with Client(BASE_URL, "k", transport=transport, retry_budget_seconds=20) as client:
+        with pytest.raises(ClientError) as caught:
+            await client.submit("generate", {"prompt": "x"})
+    assert caught.value.status == 429
+    assert (len(seen), retry_sleeps) == (1, [])
+
+
+async def test_every_retry_is_reported_before_its_wait(retry_sleeps: list[float]) -> None:
+    notices: list[tuple[RetryNotice, int]] = []
+    transport, _ = scripted([refuse_connection, status(503), accepted])
+    async with Client(
+        BASE_URL,
+        "k",
+        transport=transport,
+        retry_budget_seconds=45,
+        on_retry=lambda notice: notices.append((notice, len(retry_sleeps))),
+    ) as client:
+        await client.submit("generate", {"prompt": "x"})
+
+    (unreachable, waited_before_first), (busy, waited_before_second) = notices
+    assert (waited_before_first, waited_before_second) == (0, 1)  # told before waiting
+    assert unreachable.unreachable
+    assert (unreachable.error, unreachable.status, unreachable.retry) == ("ConnectError", None, 1)
+    assert (unreachable.method, unreachable.path) == ("POST", "/v1/generations")
+    assert unreachable.base_url == BASE_URL
+    assert unreachable.budget_seconds == 45
+    assert unreachable.delay_seconds == retry_sleeps[0]
+    assert not busy.unreachable
+    assert (busy.status, busy.retry) == (503, 2)
+    assert busy.elapsed_seconds == pytest.approx(retry_sleeps[0])
+
+
+async def test_wait_shows_each_poll(retry_sleeps: list[float]) -> None:
+    states = iter(["QUEUED", "PROCESSING", "SUCCEEDED"])
+
+    def job(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={**JOB, "status": next(states)})
+
+    transport, _ = scripted([job])
+    seen: list[str] = []
+    async with Client(BASE_URL, "k", transport=transport) as client:
+        await client.wait("gen_1", on_poll=lambda j: seen.append(j["status"]))
+    assert seen == ["QUEUED", "PROCESSING", "SUCCEEDED"]

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ferryman.config import ConfigurationError, Settings, load_settings
+from ferryman.config import (
+    ConfigurationError,
+    Settings,
+    env_name,
+    load_settings,
+    unknown_variables,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -162,3 +168,28 @@ def test_policies_carry_the_settings() -> None:
     assert (retry.initial_interval_seconds, retry.backoff_coefficient) == (0.5, 3)
     assert retry.maximum_interval_seconds == 60
     assert s.failpoint_set().probabilities == {}
+
+
+def test_every_setting_and_ferryman_config_are_known_variables() -> None:
+    # A setting added later is known without touching any list.
+    environ = {env_name(field): "1" for field in Settings.model_fields}
+    environ["FERRYMAN_CONFIG"] = "ferryman.toml"
+    assert unknown_variables(environ) == []
+
+
+def test_a_misspelt_variable_is_reported_with_the_closest_known_name() -> None:
+    found = unknown_variables(
+        {"FERRYMAN_MAX_RECIEVES": "3", "FERRYMAN_NO_SUCH_THING": "1", "PATH": "/bin"}
+    )
+    assert [(u.name, u.closest) for u in found] == [
+        ("FERRYMAN_MAX_RECIEVES", "FERRYMAN_MAX_RECEIVES"),
+        ("FERRYMAN_NO_SUCH_THING", None),
+    ]
+    assert "did you mean FERRYMAN_MAX_RECEIVES?" in found[0].describe()
+
+
+def test_variables_are_matched_without_regard_to_case_as_settings_reads_them() -> None:
+    assert unknown_variables({"ferryman_lease_seconds": "3"}) == []
+    assert [u.name for u in unknown_variables({"ferryman_lease_second": "3"})] == [
+        "ferryman_lease_second"
+    ]

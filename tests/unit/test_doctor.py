@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ferryman.adapters.sqlite import SqliteDatabase
+from ferryman.adapters.sqlite.migrations import applied_version, available, latest_version
 from ferryman.cli import doctor
 from ferryman.config import Settings
 
@@ -104,26 +107,137 @@ def test_max_receives_three_fails_two_rules() -> None:
     assert failed == ["max receives >= 5", "max receives > max attempts"]
 
 
-async def test_live_checks_pass_on_a_fresh_directory(tmp_path: Path) -> None:
-    checks = await doctor.check_live(
-        settings(
-            database_url=f"sqlite:///{tmp_path}/db/ferryman.db",
-            results_url=f"file://{tmp_path}/results",
-        )
+def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file and directory under root with its mode, mtime and content."""
+    seen: dict[str, tuple[int, int, bytes]] = {}
+    for path in sorted(root.rglob("*")):
+        info = path.stat()
+        data = path.read_bytes() if path.is_file() else b""
+        seen[str(path.relative_to(root))] = (info.st_mode, info.st_mtime_ns, data)
+    return seen
+
+
+def resolved(root: Path, *parts: str) -> str:
+    return str(root.resolve().joinpath(*parts))
+
+
+def at(tmp_path: Path, results: str = "results") -> Settings:
+    return settings(
+        database_url=f"sqlite:///{tmp_path}/ferryman.db", results_url=f"file://{tmp_path}/{results}"
     )
-    assert [c.rule for c in checks] == ["database reachable", "results location writable"]
+
+
+async def make_database(path: Path) -> None:
+    db = await SqliteDatabase.open(path)
+    await db.close()
+
+
+def by_rule(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
+    return {check.rule: check for check in checks}
+
+
+async def test_a_missing_database_fails_naming_its_absolute_path_and_nothing_is_created(
+    tmp_path: Path,
+) -> None:
+    # A mistyped path, relative to the working directory (tmp_path), in a directory
+    # that does not exist either.
+    before = snapshot(tmp_path)
+    checks = await doctor.check_live(
+        settings(database_url="sqlite:///./typo/ferryman.db", results_url="file://./typo/results")
+    )
+    assert snapshot(tmp_path) == before
+    found = by_rule(checks)
+    database = found["database reachable"]
+    assert not database.ok
+    assert database.value == resolved(tmp_path, "typo", "ferryman.db")
+    assert database.value in database.fix
+    assert "FERRYMAN_DATABASE_URL" in database.fix
+    results = found["results location writable"]
+    assert not results.ok
+    assert resolved(tmp_path, "typo", "results") in results.fix
+
+
+async def test_a_ready_setup_passes_and_is_left_exactly_as_it_was(tmp_path: Path) -> None:
+    await make_database(tmp_path / "ferryman.db")
+    (tmp_path / "results").mkdir()
+    before = snapshot(tmp_path)
+    checks = await doctor.check_live(at(tmp_path))
+    assert snapshot(tmp_path) == before  # no -wal, -shm or probe result left behind
+    assert [c.rule for c in checks] == [
+        "database reachable",
+        "database schema current",
+        "database writable",
+        "results location writable",
+    ]
     assert all(c.ok for c in checks), checks
 
 
-async def test_live_checks_report_an_unwritable_results_location(tmp_path: Path) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory")
+async def test_a_database_in_use_is_read_through_its_wal(tmp_path: Path) -> None:
+    db = await SqliteDatabase.open(tmp_path / "ferryman.db")
+    try:
+        (tmp_path / "results").mkdir()
+        before = snapshot(tmp_path)
+        checks = by_rule(await doctor.check_live(at(tmp_path)))
+        assert snapshot(tmp_path).keys() == before.keys()  # no file made (the WAL may move)
+    finally:
+        await db.close()
+    assert checks["database schema current"].ok, checks
+
+
+async def test_pending_migrations_fail_and_are_not_applied(tmp_path: Path) -> None:
+    # A file from ferryman 0.1: the first schema only.
+    conn = sqlite3.connect(tmp_path / "ferryman.db")
+    conn.executescript(available()[0].sql)
+    conn.close()
+    (tmp_path / "results").mkdir()
+
+    schema = by_rule(await doctor.check_live(at(tmp_path)))["database schema current"]
+
+    assert not schema.ok
+    assert schema.value == f"version 1 of {latest_version()}"
+    assert f"{latest_version() - 1} migration(s) pending" in schema.fix
+    assert "ferryman migrate" in schema.fix
+    conn = sqlite3.connect(tmp_path / "ferryman.db")
+    try:
+        assert applied_version(conn) == 1
+    finally:
+        conn.close()
+
+
+async def test_a_schema_newer_than_this_version_fails(tmp_path: Path) -> None:
+    await make_database(tmp_path / "ferryman.db")
+    conn = sqlite3.connect(tmp_path / "ferryman.db")
+    conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
+    conn.commit()
+    conn.close()
+
+    schema = by_rule(await doctor.check_live(at(tmp_path, results="")))["database schema current"]
+
+    assert not schema.ok
+    assert "newer ferryman" in schema.fix
+
+
+async def test_a_file_that_is_not_a_database_fails(tmp_path: Path) -> None:
+    (tmp_path / "ferryman.db").write_bytes(b"not sqlite at all, just some bytes " * 100)
+    database = by_rule(await doctor.check_live(at(tmp_path)))["database reachable"]
+    assert not database.ok
+    assert "cannot read it" in database.fix
+
+
+async def test_results_in_the_database_need_no_directory(tmp_path: Path) -> None:
+    await make_database(tmp_path / "ferryman.db")
     checks = await doctor.check_live(
-        settings(database_url=f"sqlite:///{tmp_path}/f.db", results_url=f"file://{blocker}/sub")
+        settings(database_url=f"sqlite:///{tmp_path}/ferryman.db", results_url="db")
     )
-    results = next(c for c in checks if c.rule == "results location writable")
+    assert all(c.ok for c in checks), checks
+
+
+async def test_a_results_path_that_is_a_file_fails(tmp_path: Path) -> None:
+    await make_database(tmp_path / "ferryman.db")
+    (tmp_path / "results").write_text("not a directory")
+    results = by_rule(await doctor.check_live(at(tmp_path)))["results location writable"]
     assert not results.ok
-    assert "FERRYMAN_RESULTS_URL" in results.fix
+    assert "not a directory" in results.fix
 
 
 async def test_live_checks_report_an_unavailable_backend() -> None:
@@ -133,9 +247,15 @@ async def test_live_checks_report_an_unavailable_backend() -> None:
     assert "not available in this version" in checks[0].fix
 
 
-async def test_live_checks_report_an_unreachable_database(tmp_path: Path) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory")
-    checks = await doctor.check_live(settings(database_url=f"sqlite:///{blocker}/x.db"))
-    assert not checks[0].ok
-    assert "FERRYMAN_DATABASE_URL" in checks[0].fix
+def test_unknown_ferryman_variables_fail_with_the_closest_name() -> None:
+    check = doctor.check_environment(
+        {"FERRYMAN_MAX_RECIEVES": "3", "FERRYMAN_LEASE_SECONDS": "30", "HOME": "/root"}
+    )
+    assert not check.ok
+    assert check.value == "FERRYMAN_MAX_RECIEVES"
+    assert "did you mean FERRYMAN_MAX_RECEIVES?" in check.fix
+
+
+def test_known_ferryman_variables_pass() -> None:
+    check = doctor.check_environment({"FERRYMAN_CONFIG": "x.toml", "ferryman_port": "9000"})
+    assert check.ok, check

@@ -1,9 +1,18 @@
-"""Operator commands that act on the database directly: keys create, dlq list, dlq replay."""
+"""Operator commands that act on the database directly: keys and dead letters.
+
+Only ``keys create`` may make a database (saying so loudly); the others need an
+existing one, so a mistyped path or a wrong directory is an error, never a fresh
+empty file.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import getpass
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,36 +23,196 @@ from ferryman.cli.common import (
     EXIT_USAGE,
     err_console,
     fail,
-    out_console,
+    instant,
+    parse_duration,
+    parse_instant,
     print_json,
+    print_table,
     run,
     settings,
+    warn,
 )
-from ferryman.core.errors import RequestError
-from ferryman.wiring import open_runtime
+from ferryman.core.errors import ApiKeyNotFoundError, LastAdminKeyError, RequestError
+from ferryman.http.routes.keys import key_body
+from ferryman.ports.keys import RevokeOutcome
+from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
+from ferryman.wiring import check_urls, database_location, open_runtime
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from ferryman.config import Settings
     from ferryman.core.job import Job
+    from ferryman.ports.keys import ApiKeyRecord, Revocation
     from ferryman.ports.store import JobPage
+    from ferryman.services.access import IssuedKey
     from ferryman.services.operations import ReplayReport
+    from ferryman.wiring import Runtime
 
 
 def create_key(
     tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
     admin: Annotated[bool, typer.Option("--admin", help="May use the operations API.")] = False,
+    expires_in: Annotated[
+        str | None, typer.Option(help="Expire after this long: 90m, 12h, 30d, 2w.")
+    ] = None,
+    expires_at: Annotated[
+        str | None, typer.Option(help="Expire at this RFC 3339 time, e.g. 2030-01-31T18:00:00Z.")
+    ] = None,
 ) -> None:
-    """Create an API key and print it alone on stdout (it is shown only this once)."""
-    key = run(_create_key(settings(), tenant, admin))
-    typer.echo(key)
+    """Create an API key and print it alone on stdout (it is shown only this once).
+
+    Where it was stored goes to stderr, by absolute path, with a loud warning when
+    there was no database there and a new one had to be made.
+    """
+    s = settings()
+    expiry = _expiry(expires_in, expires_at)
+    created = run(_create_key(s, tenant, admin, expiry))
+    if not created.database_existed:
+        warn(
+            f"there was no database at {created.database}, so a new, empty one was made. "
+            "A server using another database will refuse this key (401): point "
+            "FERRYMAN_DATABASE_URL at the server's database, e.g. "
+            "sqlite:////absolute/path/ferryman.db, or run this in the server's directory."
+        )
+    record = created.issued.record
+    what = "admin key" if record.admin else "key"
+    expiry_note = f", expires {instant(record.expires_at)}" if record.expires_at else ""
+    err_console.print(
+        Text(
+            f"{what} {record.key_id} for tenant {record.tenant_id}{expiry_note}, "
+            f"stored in {created.database}"
+        )
+    )
+    typer.echo(created.issued.token)
 
 
-async def _create_key(s: Settings, tenant: str, admin: bool) -> str:
+@dataclass(frozen=True, slots=True)
+class _Created:
+    issued: IssuedKey
+    database: str
+    database_existed: bool
+
+
+def _expiry(expires_in: str | None, expires_at: str | None) -> float | None:
+    """The expiry as epoch seconds, checked before any database is opened (exit 2)."""
+    if expires_in is not None and expires_at is not None:
+        fail("give --expires-in or --expires-at, not both", EXIT_USAGE)
+    if expires_in is not None:
+        at = time.time() + parse_duration(expires_in, "--expires-in")
+    elif expires_at is not None:
+        at = parse_instant(expires_at, "--expires-at")
+    else:
+        return None
+    if not time.time() < at <= time.time() + MAX_KEY_LIFETIME_SECONDS:
+        fail("a key's expiry must be in the future, and at most 100 years away", EXIT_USAGE)
+    return at
+
+
+async def _create_key(s: Settings, tenant: str, admin: bool, expires_at: float | None) -> _Created:
+    database = database_location(s)
+    existed = database.exists()
     async with open_runtime(s) as runtime:
         try:
-            return await runtime.api_keys.create(tenant, admin=admin)
+            issued = await runtime.api_keys.issue(tenant, admin=admin, expires_at=expires_at)
         except RequestError as exc:
             fail(exc.message, EXIT_USAGE)
+    return _Created(issued=issued, database=str(database), database_existed=existed)
+
+
+def list_keys(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+) -> None:
+    """Every API key (revoked and expired ones too), oldest first. Never shows secrets."""
+    records, now = run(_list_keys(settings(), tenant))
+    if as_json:
+        print_json({"data": [key_body(record, now) for record in records]})
+        return
+    if not records:
+        err_console.print(f"No API keys{f' for tenant {tenant}' if tenant else ''}.")
+        return
+    print_table(_keys_table(records, now))
+
+
+async def _list_keys(s: Settings, tenant: str | None) -> tuple[list[ApiKeyRecord], float]:
+    async with _existing_database(s) as runtime:
+        return await runtime.api_keys.list_keys(tenant_id=tenant), runtime.api_keys.now()
+
+
+def _keys_table(records: list[ApiKeyRecord], now: float) -> Table:
+    table = Table(title="API keys")
+    for column in ("id", "tenant"):
+        table.add_column(column, no_wrap=True)
+    for column in ("admin", "status", "created", "expires", "revoked"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        revoked = "-"
+        if record.revoked_at is not None:
+            revoked = f"{instant(record.revoked_at)} by {record.revoked_by or '?'}"
+        table.add_row(
+            Text(record.key_id),
+            Text(record.tenant_id),
+            "yes" if record.admin else "no",
+            str(key_state(record, now)),
+            instant(record.created_at),
+            instant(record.expires_at),
+            Text(revoked),
+        )
+    return table
+
+
+def revoke_key(
+    key: Annotated[str, typer.Argument(help="The key's id (as `keys list` shows it) or the key.")],
+    actor: Annotated[str | None, typer.Option(help="Who [default: cli:<user>]")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Revoke even the last usable admin key.")
+    ] = False,
+) -> None:
+    """Revoke an API key: every API process refuses it (401) from its next request on.
+
+    Revoking a key twice changes nothing. The last usable admin key is kept unless
+    --force: without one, nobody can use the operations API until a new one is made.
+    """
+    s = settings()
+    revocation = run(_revoke_key(s, key, actor or f"cli:{_user()}", force))
+    record = revocation.record
+    assert record is not None
+    if revocation.outcome is RevokeOutcome.ALREADY_REVOKED:
+        typer.echo(
+            f"{record.key_id} was already revoked "
+            f"({instant(record.revoked_at)} by {record.revoked_by}); nothing changed"
+        )
+        return
+    typer.echo(f"revoked {record.key_id} (tenant {record.tenant_id})")
+
+
+async def _revoke_key(s: Settings, key: str, actor: str, force: bool) -> Revocation:
+    async with _existing_database(s) as runtime:
+        try:
+            return await runtime.api_keys.revoke(key, actor=actor, allow_last_admin=force)
+        except ApiKeyNotFoundError as exc:
+            fail(f"{exc.message} (database {runtime.database_path})")
+        except LastAdminKeyError as exc:
+            fail(
+                f"{exc.message} Or pass --force: then nobody can use the operations API "
+                "until `ferryman keys create --admin` makes a new admin key."
+            )
+
+
+@asynccontextmanager
+async def _existing_database(s: Settings) -> AsyncIterator[Runtime]:
+    """The runtime over the configured database, which must exist: commands that only
+    look or change existing rows never make a new, empty database."""
+    check_urls(s)  # a bad URL is a configuration error (exit 2) before anything else
+    database = database_location(s)
+    if not database.is_file():
+        fail(
+            f"no database at {database}: check FERRYMAN_DATABASE_URL (a relative path is "
+            f"taken from the working directory, {Path.cwd()})"
+        )
+    async with open_runtime(s) as runtime:
+        yield runtime
 
 
 def list_dead_letters(
@@ -61,13 +230,13 @@ def list_dead_letters(
     if not page.jobs:
         err_console.print("No dead-lettered jobs.")
         return
-    out_console.print(_table(page.jobs))
+    print_table(_table(page.jobs))
     if page.next_cursor:
         err_console.print(f"More: ferryman dlq list --cursor {page.next_cursor}", highlight=False)
 
 
 async def _dead_letters(s: Settings, limit: int, cursor: str | None) -> JobPage:
-    async with open_runtime(s) as runtime:
+    async with _existing_database(s) as runtime:
         return await runtime.operations.dead_letters(limit, cursor)
 
 
@@ -88,7 +257,9 @@ def _job_summary(job: Job) -> dict[str, object]:
 
 def _table(jobs: list[Job]) -> Table:
     table = Table(title="dead-lettered jobs")
-    for column in ("job_id", "tenant", "task", "attempts", "failed at"):
+    for column in ("job_id", "tenant"):
+        table.add_column(column, no_wrap=True)
+    for column in ("task", "attempts", "failed at"):
         table.add_column(column, overflow="fold")
     for job in jobs:
         table.add_row(
@@ -118,7 +289,7 @@ def replay_dead_letters(
 
 
 async def _replay(s: Settings, job_ids: list[str], actor: str, reason: str) -> ReplayReport:
-    async with open_runtime(s) as runtime:
+    async with _existing_database(s) as runtime:
         return await runtime.operations.replay(job_ids, actor=actor, reason=reason)
 
 

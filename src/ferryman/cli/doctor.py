@@ -3,29 +3,34 @@
 Each rule is a pure function of the Settings returning a Check that says what was
 compared and, when it fails, which FERRYMAN_* variable to change. The rules for
 SQS (12 h total visibility) and the Lambda handler do not apply to the embedded
-SQLite engine this version ships, so they are not listed. Two live checks follow:
-the database answers and the results location takes a write.
+SQLite engine this version ships, so they are not listed. Then come the checks
+that look at the live setup: no FERRYMAN_* variable is ignored, the database exists
+with a current schema and can be written, and the results directory exists and can
+be written. The doctor only looks: it never creates, migrates or writes anything.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 
+from ferryman.config import unknown_variables
 from ferryman.core.errors import FerrymanError
-from ferryman.wiring import check_urls, open_runtime
+from ferryman.wiring import check_urls, probe_database, results_location
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from ferryman.config import Settings
-    from ferryman.wiring import Runtime
+    from ferryman.wiring import DatabaseProbe
 
 MIN_MAX_RECEIVES = 5
-PROBE_KEY = "_doctor/probe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,54 +115,93 @@ def check_settings(settings: Settings) -> list[Check]:
     return [rule(settings) for rule in RULES]
 
 
+def check_environment(environ: Mapping[str, str] | None = None) -> Check:
+    """No FERRYMAN_* variable is silently ignored: a typo would leave its default in force."""
+    unknown = unknown_variables(environ)
+    return _check(
+        "FERRYMAN_* names known",
+        ", ".join(u.name for u in unknown) or "none unknown",
+        not unknown,
+        "; ".join(u.describe() for u in unknown) + ": rename or unset",
+    )
+
+
 async def check_live(settings: Settings) -> list[Check]:
-    """The database answers; the results location takes a write and gives it back."""
+    """The database and the results location, looked at and never touched.
+
+    Nothing is created, migrated or written: a mistyped path must fail here, not
+    become a fresh empty database that makes every check pass.
+    """
     try:
         check_urls(settings)
     except FerrymanError as exc:
         return [_check("backend available", settings.database_url, False, exc.message)]
-    try:
-        async with open_runtime(settings) as runtime:
-            return [await _database_check(runtime), await _results_check(runtime)]
-    except (FerrymanError, OSError) as exc:
+    probe = await asyncio.to_thread(probe_database, settings)
+    results = await asyncio.to_thread(_results_check, results_location(settings))
+    return [*_database_checks(probe), results]
+
+
+def _database_checks(probe: DatabaseProbe) -> list[Check]:
+    rule = "database reachable"
+    if not probe.exists:
         return [
             _check(
-                "database reachable",
-                settings.database_url,
+                rule,
+                probe.path,
                 False,
-                f"check FERRYMAN_DATABASE_URL ({type(exc).__name__}: {exc})",
+                f"no database at {probe.path}: check FERRYMAN_DATABASE_URL (a relative path "
+                f"is taken from the working directory, {Path.cwd()}); "
+                "`ferryman migrate` creates a new one",
             )
         ]
+    if probe.schema_version is None:
+        reason = probe.error or "not a regular file"
+        return [_check(rule, probe.path, False, f"cannot read it ({reason})")]
+    return [_check(rule, probe.path, True, ""), _schema_check(probe), _writable_check(probe)]
 
 
-async def _database_check(runtime: Runtime) -> Check:
-    try:
-        await runtime.operations.check_ready()
-    except FerrymanError as exc:
-        return _check(
-            "database reachable",
-            runtime.database_path,
-            False,
-            f"check FERRYMAN_DATABASE_URL ({exc})",
+def _schema_check(probe: DatabaseProbe) -> Check:
+    version = probe.schema_version or 0
+    value = f"version {version} of {probe.latest_version}"
+    if version > probe.latest_version:
+        fix = "the file was upgraded by a newer ferryman: upgrade this one"
+    else:
+        fix = (
+            f"{probe.pending_migrations} migration(s) pending: `ferryman migrate` applies "
+            "them (serve, api and worker also do on start)"
         )
-    return _check("database reachable", runtime.database_path, True, "")
+    return _check("database schema current", value, version == probe.latest_version, fix)
 
 
-async def _results_check(runtime: Runtime) -> Check:
-    rule = "results location writable"
-    try:
-        ref = await runtime.results.put(PROBE_KEY, b"ok")
-        readable = await runtime.results.get(ref, key=PROBE_KEY) == b"ok"
-    except (OSError, KeyError, ValueError, FerrymanError) as exc:
-        return _check(
-            rule,
-            runtime.results_location,
-            False,
-            f"check FERRYMAN_RESULTS_URL ({type(exc).__name__}: {exc})",
-        )
+def _writable_check(probe: DatabaseProbe) -> Check:
+    # The server writes the file and creates its -wal and -shm files next to it.
+    path = Path(probe.path)
+    ok = os.access(path, os.R_OK | os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
     return _check(
-        rule, runtime.results_location, readable, "check FERRYMAN_RESULTS_URL (read back differs)"
+        "database writable",
+        probe.path,
+        ok,
+        f"give the user running ferryman write access to {path} and its directory",
     )
+
+
+def _results_check(directory: Path | None) -> Check:
+    rule = "results location writable"
+    if directory is None:
+        return _check(rule, "in the database", True, "")
+    value = str(directory)
+    if not directory.exists():
+        fix = (
+            f"no directory at {directory}: check FERRYMAN_RESULTS_URL; "
+            "`ferryman migrate` creates it (so does the first result a worker writes)"
+        )
+        return _check(rule, value, False, fix)
+    if not directory.is_dir():
+        return _check(
+            rule, value, False, f"{directory} is not a directory: check FERRYMAN_RESULTS_URL"
+        )
+    ok = os.access(directory, os.W_OK | os.X_OK)
+    return _check(rule, value, ok, f"give the user running ferryman write access to {directory}")
 
 
 def render(checks: list[Check]) -> Table:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
+from ferryman import __version__
 from ferryman.cli import admin, remote
-from ferryman.cli.common import EXIT_FAILED, out_console, run, settings
-from ferryman.cli.doctor import check_live, check_settings, render
+from ferryman.cli.common import EXIT_FAILED, err_console, fail, out_console, run, settings
+from ferryman.cli.doctor import check_environment, check_live, check_settings, render
 from ferryman.cli.serving import Roles, banner, bind, run_roles
-from ferryman.wiring import open_runtime
+from ferryman.core.errors import FerrymanError
+from ferryman.wiring import open_runtime, probe_database, results_location
 
 if TYPE_CHECKING:
     from ferryman.config import Settings
@@ -22,10 +25,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-keys_app = typer.Typer(help="API keys (written straight to the database).", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys: create, list, revoke (straight in the database).", no_args_is_help=True
+)
 dlq_app = typer.Typer(help="Dead-lettered jobs: list and replay.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(dlq_app, name="dlq")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"ferryman {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Durable jobs for slow, costly model calls."""
+
 
 HostOption = Annotated[
     str | None, typer.Option("--host", help="Interface to listen on [default: FERRYMAN_HOST]")
@@ -39,6 +63,7 @@ async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
     sock = bind(host, port) if roles.api else None
     try:
         async with open_runtime(s) as runtime:
+            await runtime.prepare_storage()
             bound_port = sock.getsockname()[1] if sock is not None else port
             banner(runtime, host, bound_port, roles)
             return await run_roles(runtime, roles, sock)
@@ -83,9 +108,12 @@ def worker(
 
 @app.command()
 def doctor() -> None:
-    """Check the timeouts and limits that must agree, the database and the results location."""
+    """Check the timeouts and limits that must agree, the database and the results location.
+
+    It only looks: nothing is created, migrated or written, whatever it finds.
+    """
     s = settings()
-    checks = check_settings(s) + run(check_live(s))
+    checks = [*check_settings(s), check_environment(), *run(check_live(s))]
     out_console.print(render(checks))
     failed = [check for check in checks if not check.ok]
     if failed:
@@ -99,9 +127,41 @@ def doctor() -> None:
     out_console.print("All checks passed.", style="green")
 
 
+@app.command()
+def migrate() -> None:
+    """Make the database if there is none and bring its schema up to date; make the
+    results directory if there is none. Says on stderr what it did, by absolute path."""
+    run(_migrate(settings()))
+
+
+async def _migrate(s: Settings) -> None:
+    before = await asyncio.to_thread(probe_database, s)
+    try:
+        async with open_runtime(s):
+            pass
+    except FerrymanError as exc:
+        fail(f"{before.path}: {exc.message}")
+    if not before.exists:
+        err_console.print(f"created the database {before.path}", highlight=False)
+    after = await asyncio.to_thread(probe_database, s)
+    if before.schema_version == after.schema_version:
+        err_console.print(f"schema already at version {after.schema_version}", highlight=False)
+    else:
+        err_console.print(
+            f"schema upgraded from version {before.schema_version or 0} to {after.schema_version}",
+            highlight=False,
+        )
+    directory = results_location(s)
+    if directory is not None and not directory.exists():
+        await asyncio.to_thread(directory.mkdir, mode=0o700, parents=True)
+        err_console.print(f"created the results directory {directory}", highlight=False)
+
+
 app.command()(remote.submit)
 app.command()(remote.status)
 keys_app.command("create")(admin.create_key)
+keys_app.command("list")(admin.list_keys)
+keys_app.command("revoke")(admin.revoke_key)
 dlq_app.command("list")(admin.list_dead_letters)
 dlq_app.command("replay")(admin.replay_dead_letters)
 

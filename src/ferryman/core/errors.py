@@ -13,10 +13,12 @@
     │       ├── BacklogQuotaExceededError    too many unfinished jobs
     │       └── StorageQuotaExceededError    too many stored jobs
     ├── JobNotFoundError                no such job for this tenant
+    ├── ApiKeyNotFoundError             no such API key
     ├── AlreadyTerminalError            cancel on a finished job
     ├── StateConflictError              a conditional write lost its condition
     │   ├── IllegalTransitionError      the job's status does not allow it
-    │   └── StaleFenceError             the attempt no longer owns the job
+    │   ├── StaleFenceError             the attempt no longer owns the job
+    │   └── LastAdminKeyError           revoking it would leave no usable admin key
     ├── PausedError                     intake paused by an operator
     ├── StoreUnavailableError           the store or queue cannot be reached
     ├── ResultsUnavailableError         the result store cannot take a write now
@@ -140,6 +142,12 @@ class JobNotFoundError(FerrymanError):
     code = "not_found"
 
 
+class ApiKeyNotFoundError(FerrymanError):
+    """No such API key."""
+
+    code = "not_found"
+
+
 class AlreadyTerminalError(FerrymanError):
     """The job has already finished."""
 
@@ -160,6 +168,12 @@ class StaleFenceError(StateConflictError):
     """This attempt no longer owns the job: its fence is stale or its lease expired."""
 
     code = "stale_fence"
+
+
+class LastAdminKeyError(StateConflictError):
+    """This is the last usable admin key; create another admin key before revoking it."""
+
+    code = "last_admin_key"
 
 
 class PausedError(FerrymanError):

@@ -25,7 +25,7 @@ from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
-from ferryman.http.routes import admin, admin_jobs, health, jobs
+from ferryman.http.routes import admin, admin_jobs, health, jobs, keys
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
@@ -98,5 +98,6 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(admin.router)
     app.include_router(admin_jobs.router)
+    app.include_router(keys.router)
     app.include_router(health.router)
     return app

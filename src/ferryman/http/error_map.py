@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse
 
 from ferryman.core.errors import (
     AlreadyTerminalError,
+    ApiKeyNotFoundError,
     AuthenticationError,
     BacklogQuotaExceededError,
     FerrymanError,
@@ -71,6 +72,7 @@ STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
     StorageQuotaExceededError: (507, "Storage quota exceeded"),
     RequestError: (400, "Bad request"),
     JobNotFoundError: (404, "Not found"),
+    ApiKeyNotFoundError: (404, "Not found"),
     AlreadyTerminalError: (409, "Job already finished"),
     StateConflictError: (409, "Conflict"),
     PausedError: (503, "Intake paused"),

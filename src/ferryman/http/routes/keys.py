@@ -1,0 +1,103 @@
+"""/v1/admin/keys: list, create and revoke API keys; admin keys only (others get 403).
+
+A key's secret appears once, in the answer that creates it (marked no-store), and
+never in a list. Keys are named by their public id in paths, never by the whole
+key: a secret in a URL would end up in access logs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
+
+from ferryman.core.errors import InvalidRequestError
+from ferryman.http.auth import Admin, app_deps
+from ferryman.http.bodies import openapi_body, read_body
+from ferryman.http.views import iso
+from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
+from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
+
+router = APIRouter(prefix="/v1/admin/keys", tags=["operations"])
+
+KEY_ID_PATTERN = r"^[0-9a-f]{12}$"
+
+
+class KeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=64)
+    admin: StrictBool = False
+    # At most one of the two; neither: the key never expires.
+    expires_at: AwareDatetime | None = None
+    expires_in_seconds: float | None = Field(default=None, gt=0, le=MAX_KEY_LIFETIME_SECONDS)
+
+
+def key_body(record: ApiKeyRecord, now: float) -> dict[str, Any]:
+    """A key as lists show it: everything but its secret (and the secret's hash)."""
+    return {
+        "key_id": record.key_id,
+        "tenant_id": record.tenant_id,
+        "admin": record.admin,
+        "status": str(key_state(record, now)),
+        "created_at": iso(record.created_at),
+        "expires_at": iso(record.expires_at),
+        "revoked_at": iso(record.revoked_at),
+        "revoked_by": record.revoked_by,
+    }
+
+
+@router.get("")
+async def list_keys(
+    request: Request,
+    principal: Admin,
+    tenant: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+) -> JSONResponse:
+    api_keys = app_deps(request).api_keys
+    records = await api_keys.list_keys(tenant_id=tenant)
+    now = api_keys.now()
+    return JSONResponse({"data": [key_body(record, now) for record in records]})
+
+
+@router.post("", status_code=201, openapi_extra=openapi_body(KeyRequest))
+async def create_key(request: Request, principal: Admin) -> JSONResponse:
+    body = await read_body(request, KeyRequest)
+    api_keys = app_deps(request).api_keys
+    issued = await api_keys.issue(
+        body.tenant, admin=body.admin, expires_at=_expiry(body, api_keys.now())
+    )
+    return JSONResponse(
+        {"key": issued.token, **key_body(issued.record, api_keys.now())},
+        status_code=201,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def _expiry(body: KeyRequest, now: float) -> float | None:
+    if body.expires_at is not None and body.expires_in_seconds is not None:
+        msg = "give expires_at or expires_in_seconds, not both"
+        raise InvalidRequestError(msg, errors=[{"loc": ["body", "expires_at"], "msg": msg}])
+    if body.expires_at is not None:
+        return body.expires_at.timestamp()
+    if body.expires_in_seconds is not None:
+        return now + body.expires_in_seconds
+    return None
+
+
+@router.post("/{key_id}/revoke")
+async def revoke_key(
+    request: Request,
+    principal: Admin,
+    key_id: Annotated[str, Path(pattern=KEY_ID_PATTERN)],
+) -> JSONResponse:
+    api_keys = app_deps(request).api_keys
+    revocation = await api_keys.revoke(key_id, actor=principal.key_id)
+    assert revocation.record is not None
+    return JSONResponse(
+        {
+            **key_body(revocation.record, api_keys.now()),
+            "already_revoked": revocation.outcome is RevokeOutcome.ALREADY_REVOKED,
+        }
+    )
