@@ -38,6 +38,7 @@ from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
+from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH_SIZE
 from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
@@ -133,7 +134,6 @@ class Runtime:
     intake: Intake
     jobs: JobQueries
     operations: Operations
-    retention: Retention
     api_keys: ApiKeys
     database_path: str
     results_location: str
@@ -170,6 +170,11 @@ class Runtime:
             cancel_check_seconds=s.cancel_check_seconds,
         )
 
+    def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
+        return Retention(
+            store=self.store, clock=self.clock, results=self.results, batch_size=batch_size
+        )
+
     def new_sweeper(self) -> Sweeper:
         return Sweeper(
             store=self.store,
@@ -177,7 +182,7 @@ class Runtime:
             clock=self.clock,
             interval_seconds=self.settings.sweep_interval_seconds,
             stalled_after_seconds=self.settings.stalled_seconds,
-            retention=self.retention,
+            retention=self.new_retention(),
             retention_seconds=self.settings.retention_seconds,
         )
 
@@ -248,7 +253,6 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
         operations=Operations(
             store=store, queue=queue, control=control, clock=clock, results=result_writer
         ),
-        retention=Retention(store=store, clock=clock, results=results),
         api_keys=ApiKeys(keys=keys, clock=clock),
         database_path=path if path == ":memory:" else str(Path(path).resolve()),
         results_location=results_location,

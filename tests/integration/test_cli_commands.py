@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ferryman.config import Settings
+from ferryman.core.clock import FakeClock
+from ferryman.services.intake import SubmitRequest
+from ferryman.wiring import open_runtime
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -41,7 +46,7 @@ def ferryman(
 def test_help_lists_every_command(tmp_path: Path) -> None:
     done = ferryman(tmp_path, "--help")
     assert done.returncode == 0
-    for command in ("serve", "api", "worker", "keys", "submit", "status", "doctor", "dlq"):
+    for command in ("serve", "api", "worker", "keys", "submit", "status", "doctor", "dlq", "purge"):
         assert command in done.stdout
 
 
@@ -242,3 +247,74 @@ def test_bad_configuration_exits_2_with_the_reason(
     assert done.returncode == 2
     assert expected in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def _old_jobs(directory: Path, *, finished: int, waiting: int) -> list[str]:
+    """Jobs made in 2023 (a FakeClock), ``finished`` of them run to the end; their ids."""
+    settings = Settings(
+        database_url=f"sqlite:///{directory}/ferryman.db",
+        results_url=f"file://{directory}/ferryman-results",
+    )
+    ids = []
+    async with open_runtime(settings, clock=FakeClock()) as runtime:
+        for i in range(finished + waiting):
+            submission = await runtime.intake.submit(
+                tenant_id="acme",
+                request=SubmitRequest(task="generate", input={"prompt": f"old {i}"}),
+            )
+            ids.append(submission.job.job_id)
+            if i == finished - 1:
+                await runtime.new_worker().run_until_idle()
+    return ids
+
+
+async def test_purge_removes_old_finished_jobs_and_keeps_unfinished_ones(tmp_path: Path) -> None:
+    ids = await _old_jobs(tmp_path, finished=3, waiting=2)
+
+    done = ferryman(tmp_path, "purge", "--older-than", "30d", "--json")
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["jobs"] == 3
+    assert report["result_bytes_reclaimed"] >= 0
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/ferryman.db")
+    async with open_runtime(settings) as runtime:
+        left = [job_id for job_id in ids if await runtime.store.get(job_id) is not None]
+    assert left == ids[3:]
+    again = ferryman(tmp_path, "purge", "--older-than", "30d")
+    assert again.returncode == 0
+    assert again.stdout.startswith("purged 0 finished jobs")
+
+
+@pytest.mark.parametrize("age", ["30", "thirty days", "-1d", "0d"])
+def test_purge_needs_a_positive_age_with_a_unit(tmp_path: Path, age: str) -> None:
+    assert ferryman(tmp_path, "migrate").returncode == 0
+
+    done = ferryman(tmp_path, "purge", "--older-than", age)
+
+    assert done.returncode == 2
+    assert "--older-than" in done.stderr
+
+
+async def test_dlq_replay_takes_model_failures_only_when_asked(tmp_path: Path) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/ferryman.db",
+        results_url=f"file://{tmp_path}/ferryman-results",
+    )
+    async with open_runtime(settings) as runtime:
+        submission = await runtime.intake.submit(
+            tenant_id="acme",
+            request=SubmitRequest(
+                task="generate", input={"prompt": "p", "simulate": {"script": ["refuse", "ok"]}}
+            ),
+        )
+        await runtime.new_worker().run_until_idle()
+    job_id = submission.job.job_id
+
+    plain = ferryman(tmp_path, "dlq", "replay", job_id, "--reason", "policy changed")
+    included = ferryman(
+        tmp_path, "dlq", "replay", job_id, "--reason", "policy changed", "--include-failed"
+    )
+
+    assert plain.stdout.strip() == f"skipped {job_id} (not_dead_lettered)"
+    assert included.stdout.strip() == f"replayed {job_id}"

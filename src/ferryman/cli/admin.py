@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ferryman.ports.store import JobPage
     from ferryman.services.access import IssuedKey
     from ferryman.services.operations import ReplayReport
+    from ferryman.services.retention import PurgeReport
     from ferryman.wiring import Runtime
 
 
@@ -276,21 +277,72 @@ def replay_dead_letters(
     job_ids: Annotated[list[str], typer.Argument(help="Jobs to replay.")],
     reason: Annotated[str, typer.Option(help="Why (recorded on the REPLAYED event).")],
     actor: Annotated[str | None, typer.Option(help="Who [default: cli:<user>]")] = None,
+    include_failed: Annotated[
+        bool,
+        typer.Option(
+            "--include-failed",
+            help="Also replay jobs that FAILED for a model reason, not only dead letters.",
+        ),
+    ] = False,
 ) -> None:
-    """Replay FAILED or CANCELLED jobs; a job that already SUCCEEDED is skipped."""
+    """Replay dead-lettered jobs (and with --include-failed other FAILED ones).
+
+    A job its client cancelled, or one that succeeded, is skipped and says why."""
     if not reason.strip():
         fail("--reason must say why", EXIT_USAGE)
     who = actor or f"cli:{_user()}"
-    report = run(_replay(settings(), job_ids, who, reason))
+    report = run(_replay(settings(), job_ids, who, reason, include_failed))
     for job_id in report.replayed:
         typer.echo(f"replayed {job_id}")
     for job_id, why in report.skipped:
         typer.echo(f"skipped {job_id} ({why})")
 
 
-async def _replay(s: Settings, job_ids: list[str], actor: str, reason: str) -> ReplayReport:
+async def _replay(
+    s: Settings, job_ids: list[str], actor: str, reason: str, include_failed: bool
+) -> ReplayReport:
     async with _existing_database(s) as runtime:
-        return await runtime.operations.replay(job_ids, actor=actor, reason=reason)
+        return await runtime.operations.replay(
+            job_ids, actor=actor, reason=reason, include_failed=include_failed
+        )
+
+
+def purge(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Remove finished jobs completed longer ago than this: 90s, 15m, 12h, 30d, 2w.",
+        ),
+    ],
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Jobs removed per transaction.")
+    ] = 500,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a sentence.")] = False,
+) -> None:
+    """Remove finished jobs older than a period, with their history and results.
+
+    Unfinished jobs are never touched. Runs in batches, so it can run beside live work."""
+    age = parse_duration(older_than, "--older-than")
+    report = run(_purge(settings(), age, batch_size))
+    summary = {
+        "jobs": report.jobs,
+        "expired_keys": report.keys,
+        "result_bytes_reclaimed": report.result_bytes,
+    }
+    if as_json:
+        print_json(summary)
+        return
+    typer.echo(
+        f"purged {report.jobs} finished jobs completed more than {older_than} ago, "
+        f"{report.keys} expired idempotency keys, {report.result_bytes} bytes of results"
+    )
+
+
+async def _purge(s: Settings, older_than_seconds: float, batch_size: int) -> PurgeReport:
+    async with _existing_database(s) as runtime:
+        retention = runtime.new_retention(batch_size=batch_size)
+        return await retention.purge(older_than_seconds=older_than_seconds, reclaim=True)
 
 
 def _user() -> str:

@@ -164,6 +164,7 @@ keys_app.command("list")(admin.list_keys)
 keys_app.command("revoke")(admin.revoke_key)
 dlq_app.command("list")(admin.list_dead_letters)
 dlq_app.command("replay")(admin.replay_dead_letters)
+app.command()(admin.purge)
 
 
 if __name__ == "__main__":
