@@ -2,15 +2,19 @@
 
 Times are ISO-8601 with millisecond precision and a ``Z``; absent values are null.
 
-Tenants see what their jobs did, never where or how it ran: no worker host or pid,
-no storage reference (``INTERNAL_FIELDS``, left out of attempts and event details).
-Operators see those, and which tenant a job is, but never a job's input or output.
+Tenants see what their jobs did, never where or how it ran: a worker is named by an
+opaque pseudonym (``worker_id`` keeps its place in API.md's attempt, and two attempts
+on one worker still show the same name, but no host or pid), and no storage
+reference is shown (``result_ref`` is left out of event details). Operators see the
+real values, and which tenant a job is, but never a job's input or output.
 
 Bodies are encoded with orjson, and a stored result is spliced in as the JSON bytes
 it was stored as (``orjson.Fragment``) instead of being decoded and encoded again.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import json
 from datetime import UTC, datetime
@@ -26,8 +30,9 @@ if TYPE_CHECKING:
     from ferryman.ports.control import AuditRecord
     from ferryman.services.jobs import JobView
 
-# Where work ran and where data lives: for operators, not for tenants.
-INTERNAL_FIELDS = frozenset({"worker_id", "result_ref"})
+# Where data lives: for operators, not for tenants.
+STORAGE_FIELDS = frozenset({"result_ref"})
+WORKER_FIELD = "worker_id"
 
 # A page cursor is the next_cursor of an earlier page: today the id of the last job
 # it held (``gen_`` and a ULID). Anything else is refused with 422, never read as
@@ -130,18 +135,24 @@ def admin_job_detail(job: Job) -> dict[str, Any]:
     }
 
 
+def worker_pseudonym(worker_id: str) -> str:
+    """A stable name for a worker that says nothing about where it runs."""
+    return "wkr_" + hashlib.sha256(worker_id.encode("utf-8")).hexdigest()[:12]
+
+
 def event_body(event: Event, *, internals: bool = False) -> dict[str, Any]:
     detail = event.detail
     if not internals:
-        detail = {k: v for k, v in detail.items() if k not in INTERNAL_FIELDS}
+        detail = {k: v for k, v in detail.items() if k not in STORAGE_FIELDS}
+        if isinstance(detail.get(WORKER_FIELD), str):
+            detail[WORKER_FIELD] = worker_pseudonym(detail[WORKER_FIELD])
     return {"seq": event.seq, "at": iso(event.at), "kind": str(event.kind), "detail": detail}
 
 
 def attempt_body(attempt: Attempt, *, internals: bool = False) -> dict[str, Any]:
     body = _attempt_fields(attempt)
     if not internals:
-        for name in INTERNAL_FIELDS:
-            body.pop(name, None)
+        body[WORKER_FIELD] = worker_pseudonym(attempt.worker_id)
     return body
 
 
