@@ -15,7 +15,6 @@ it was stored as (``orjson.Fragment``) instead of being decoded and encoded agai
 from __future__ import annotations
 
 import hashlib
-
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
