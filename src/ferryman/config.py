@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -58,6 +58,50 @@ def config_file_path() -> Path | None:
     return default if default.is_file() else None
 
 
+ProviderKind = Literal["openai", "anthropic", "bedrock", "sim"]
+SIM = "sim"
+
+
+class ProviderSettings(BaseModel):
+    """``[providers.NAME]``: one account at one model API."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ProviderKind
+    # OpenAI-compatible servers and Anthropic: where the API is (a default per kind).
+    base_url: str | None = None
+    # The name of the environment variable holding the key; the key itself is never
+    # written in a file ferryman reads.
+    api_key_env: str | None = None
+    # Calls at once to this provider from one worker process (the AIMD window's ceiling).
+    max_concurrency: int = Field(default=64, ge=1)
+    # Optional budgets per worker process; unset, only the AIMD window paces calls.
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    # This provider's client-side timeout (else FERRYMAN_PROVIDER_TIMEOUT_SECONDS).
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    # OpenAI-compatible: how to ask for JSON. json_schema (strict structured output)
+    # falls back to json_object by itself on a server that lacks it.
+    structured_output: Literal["json_schema", "json_object"] = "json_schema"
+    # Stream answers, so a long generation shows progress and a stalled one is noticed.
+    stream: bool = True
+    # Bedrock: the AWS region (else the AWS SDK's own configuration).
+    region: str | None = None
+
+
+class ModelSettings(BaseModel):
+    """``[models.ALIAS]``: what a job's ``model`` means."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    input_price_per_mtok: float = Field(default=0.0, ge=0)
+    output_price_per_mtok: float = Field(default=0.0, ge=0)
+    # Tried when this one stays throttled past its budget, or the input is too long for it.
+    fallbacks: list[str] = Field(default_factory=list)
+
+
 class Settings(BaseSettings):
     """The configuration of one ferryman process (API.md, Configuration)."""
 
@@ -67,6 +111,8 @@ class Settings(BaseSettings):
         extra="forbid",
         case_sensitive=False,
         env_ignore_empty=True,
+        # FERRYMAN_PROVIDERS__OPENAI__BASE_URL=... reaches providers.openai.base_url.
+        env_nested_delimiter="__",
     )
 
     # Where things live.
@@ -131,6 +177,11 @@ class Settings(BaseSettings):
     # `ferryman purge`).
     retention_seconds: float | None = Field(default=None, gt=0)
 
+    # Model providers and the aliases jobs name (ferryman.toml tables); the simulated
+    # model is always there as provider and alias "sim" unless these say otherwise.
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+
     # The simulated model: may a job's input script it (latency, failures)?
     sim_scripts: bool = True
     # How often a worker looks for cancel requests on the calls it runs.
@@ -140,6 +191,23 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = False
     failpoints: str | None = None
+
+    @model_validator(mode="after")
+    def _models_name_known_providers(self) -> Settings:
+        providers = {SIM, *self.providers}
+        aliases = {SIM, *self.models}
+        for alias, model in self.models.items():
+            if model.provider not in providers:
+                raise ValueError(
+                    f"models.{alias}.provider is {model.provider!r}, which is not a provider "
+                    f"(known: {', '.join(sorted(providers))})"
+                )
+            for fallback in model.fallbacks:
+                if fallback not in aliases or fallback == alias:
+                    raise ValueError(
+                        f"models.{alias}.fallbacks names {fallback!r}, not another model"
+                    )
+        return self
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -249,9 +317,17 @@ class UnknownVariable:
         return f"{self.name} is not a ferryman setting and is ignored{hint}"
 
 
+# Settings read as nested tables, whose variables continue after ``__`` (any name).
+_NESTED_FIELDS = frozenset({"providers", "models"})
+
+
 def known_variables() -> frozenset[str]:
     """Every variable ferryman reads: one per Settings field, plus FERRYMAN_CONFIG."""
     return frozenset({CONFIG_ENV, *(env_name(name) for name in Settings.model_fields)})
+
+
+def _is_nested(upper_name: str) -> bool:
+    return any(upper_name.startswith(env_name(field) + "__") for field in _NESTED_FIELDS)
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownVariable]:
@@ -266,7 +342,7 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownV
     found: list[UnknownVariable] = []
     for name in sorted(env):
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in known:
+        if not upper.startswith(ENV_PREFIX) or upper in known or _is_nested(upper):
             continue
         close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, n=1)
         found.append(UnknownVariable(name=name, closest=suffixes[close[0]] if close else None))

@@ -13,7 +13,7 @@ import os
 import socket
 import sqlite3
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,12 +27,15 @@ from ferryman.adapters.sqlite import (
     SqliteResultStore,
 )
 from ferryman.adapters.sqlite.migrations import applied_version, latest_version
+from ferryman.config import SIM, ConfigurationError
 from ferryman.core.clock import SystemClock
 from ferryman.core.errors import FerrymanError
 from ferryman.core.ids import new_worker_id
+from ferryman.core.models import ModelAlias, Prices
 from ferryman.observability import metrics
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
+from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, TenantQuotas
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
@@ -47,7 +50,7 @@ from ferryman.tasks import builtin_tasks
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ferryman.config import Settings
+    from ferryman.config import ProviderSettings, Settings
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
     from ferryman.ports.keys import ApiKeyStore
@@ -137,7 +140,7 @@ class Runtime:
     api_keys: ApiKeys
     database_path: str
     results_location: str
-    providers: list[ModelProvider] = field(default_factory=list)
+    catalog: ModelCatalog
 
     async def prepare_storage(self) -> None:
         """Make the results directory (owner-only) if there is none, so a process that
@@ -152,7 +155,7 @@ class Runtime:
             store=self.store,
             queue=self.queue,
             results=self.result_writer,
-            providers=self.providers,
+            catalog=self.catalog,
             tasks=self.tasks,
             control=self.control,
             clock=self.clock,
@@ -195,6 +198,33 @@ def _results_store(settings: Settings, db: SqliteDatabase) -> tuple[ResultStore,
     return FileResultStore(directory), str(Path(directory).resolve())
 
 
+def build_catalog(settings: Settings) -> ModelCatalog:
+    """Every configured provider and model alias, and the simulated model as ``sim``
+    (provider and alias) unless the configuration names something else so."""
+    providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim_scripts)}
+    for name, provider in settings.providers.items():
+        providers[name] = _provider(name, provider, settings)
+    aliases = {SIM: ModelAlias(name=SIM, provider=SIM, model=SIM)}
+    for name, model in settings.models.items():
+        aliases[name] = ModelAlias(
+            name=name,
+            provider=model.provider,
+            model=model.model,
+            prices=Prices(
+                input_per_mtok_usd=model.input_price_per_mtok,
+                output_per_mtok_usd=model.output_price_per_mtok,
+            ),
+            fallbacks=tuple(model.fallbacks),
+        )
+    return ModelCatalog(aliases=aliases.values(), providers=providers.values())
+
+
+def _provider(name: str, provider: ProviderSettings, settings: Settings) -> ModelProvider:
+    if provider.kind == SIM:
+        return SimulatedProvider(name=name, scripts=settings.sim_scripts)
+    raise ConfigurationError(f"providers.{name}: kind {provider.kind!r} is not available yet")
+
+
 @asynccontextmanager
 async def open_runtime(settings: Settings, *, clock: Clock | None = None) -> AsyncIterator[Runtime]:
     """Open the configured engine, build the services over it, close it on exit."""
@@ -218,7 +248,7 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
     keys = SqliteApiKeyStore(db)
     control = SqliteControlStore(db)
     tasks = builtin_tasks()
-    providers: list[ModelProvider] = [SimulatedProvider(scripts=settings.sim_scripts)]
+    catalog = build_catalog(settings)
     # One per process: its view of whether results can be written is what stops this
     # process's workers taking new calls, and what its /readyz reports.
     result_writer = ResultWriter(results)
@@ -232,7 +262,7 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
         keys=keys,
         control=control,
         tasks=tasks,
-        providers=providers,
+        catalog=catalog,
         intake=Intake(
             store=store,
             queue=queue,
@@ -240,7 +270,7 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
             control=control,
             clock=clock,
             idempotency_retention_seconds=settings.idempotency_retention_seconds,
-            providers=providers,
+            catalog=catalog,
             quotas=TenantQuotas(
                 max_backlog=settings.tenant_max_backlog,
                 max_stored_jobs=settings.tenant_max_stored_jobs,

@@ -25,6 +25,7 @@ from ferryman.http.app import AppDeps, create_app
 from ferryman.http.error_map import PROBLEM_MEDIA_TYPE
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
+from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
@@ -59,8 +60,8 @@ class HttpCountingProvider:
     def name(self) -> str:
         return self._inner.name
 
-    def serves(self, model: str) -> bool:
-        return self._inner.serves(model)
+    async def check(self) -> None:
+        await self._inner.check()
 
     async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
         self.invocations += 1
@@ -103,7 +104,7 @@ class HttpStack:
             store=self.store,
             queue=self.queue,
             results=ResultWriter(self.results),
-            providers=[self.provider],
+            catalog=ModelCatalog.serving_own_names([self.provider]),
             tasks=self.tasks,
             control=self.control,
             clock=self.clock,

@@ -76,7 +76,10 @@ SleepFunction = Callable[[float], Awaitable[None]]
 class SimulatedProvider:
     """The ``sim`` model. ``sleep`` is injectable so tests never wait."""
 
-    def __init__(self, *, sleep: SleepFunction = asyncio.sleep, scripts: bool = True) -> None:
+    def __init__(
+        self, *, name: str = SIM_MODEL, sleep: SleepFunction = asyncio.sleep, scripts: bool = True
+    ) -> None:
+        self._name = name
         self._sleep = sleep
         # Off (FERRYMAN_SIM_SCRIPTS=false): intake refuses scripts, and a job stored
         # while they were on runs unscripted rather than as its client asked.
@@ -84,10 +87,10 @@ class SimulatedProvider:
 
     @property
     def name(self) -> str:
-        return SIM_MODEL
+        return self._name
 
-    def serves(self, model: str) -> bool:
-        return model == SIM_MODEL
+    async def check(self) -> None:
+        """Always reachable: it is in this process."""
 
     async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
         script = _Script.from_extras(request.extras) if self._scripts else _Script()

@@ -33,13 +33,14 @@ from ferryman.observability import metrics
 from ferryman.services.gate import ProviderGate
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator
 
     from ferryman.core.clock import Clock
     from ferryman.core.job import Job
     from ferryman.core.lease import LeasePolicy
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import Delivery, JobQueue
+    from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger, LeaseStatus
     from ferryman.tasks import TaskDefinition, TaskRegistry
 
@@ -111,7 +112,7 @@ class AttemptRunner:
         *,
         store: JobLedger,
         queue: JobQueue,
-        providers: Sequence[ModelProvider],
+        catalog: ModelCatalog,
         tasks: TaskRegistry,
         clock: Clock,
         lease: LeasePolicy,
@@ -120,12 +121,12 @@ class AttemptRunner:
     ) -> None:
         self._store = store
         self._queue = queue
-        self._providers = list(providers)
+        self._catalog = catalog
         self._tasks = tasks
         self._clock = clock
         self._lease = lease
         self._timeouts = timeouts
-        self._gates = {p.name: ProviderGate(gate_size) for p in self._providers}
+        self._gates = {p.name: ProviderGate(gate_size) for p in catalog.providers()}
         self._releasing = asyncio.Event()
         # Attended attempts by job id: what the cancel watcher looks at.
         self._attended: dict[str, RunningAttempt] = {}
@@ -160,9 +161,10 @@ class AttemptRunner:
         job = attempt.job
         try:
             task = self._tasks.get(job.task)
-            provider = self._provider_for(job.model)
+            route = self._catalog.route(job.model)
+            provider = route.provider
             request = task.build_request(
-                job.input, model=job.model, attempt_no=job.fence, job_id=job.job_id
+                job.input, model=route.alias.model, attempt_no=job.fence, job_id=job.job_id
             )
         except InvalidRequestError as exc:  # a task or stored input this worker cannot use
             result.error = ProviderBadRequestError(exc.message)
@@ -200,12 +202,6 @@ class AttemptRunner:
                 if attempt is not None and not attempt.cancel_requested:
                     attempt.cancel_requested = True
                     attempt.interrupt()
-
-    def _provider_for(self, model: str) -> ModelProvider:
-        for provider in self._providers:
-            if provider.serves(model):
-                return provider
-        raise ProviderBadRequestError(f"no provider serves model {model!r}")
 
     async def _call(
         self,

@@ -25,12 +25,10 @@ from ferryman.ports.control import Switch
 from ferryman.ports.queue import QueueMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
-    from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import JobQueue
+    from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.tasks import TaskRegistry
 
@@ -70,7 +68,7 @@ class Intake:
         control: ControlStore,
         clock: Clock,
         idempotency_retention_seconds: float,
-        providers: Sequence[ModelProvider] = (),
+        catalog: ModelCatalog | None = None,
         quotas: TenantQuotas | None = None,
         sim_scripts: bool = True,
     ) -> None:
@@ -80,7 +78,7 @@ class Intake:
         self._control = control
         self._clock = clock
         self._retention_seconds = idempotency_retention_seconds
-        self._providers = tuple(providers)
+        self._catalog = catalog
         self._quotas = quotas or TenantQuotas()
         self._sim_scripts = sim_scripts
 
@@ -172,10 +170,10 @@ class Intake:
 
     def _check_model(self, model: str) -> None:
         """An unknown model is bad input: refuse it now rather than fail it on a worker."""
-        if self._providers and not any(p.serves(model) for p in self._providers):
+        if self._catalog is not None and not self._catalog.knows(model):
             raise InvalidRequestError(
-                f"unknown model {model!r}",
-                errors=[{"loc": ["body", "model"], "msg": "no provider serves this model"}],
+                "unknown model",
+                errors=[{"loc": ["body", "model"], "msg": "no model of that name is configured"}],
             )
 
     async def _dispatch(self, job: Job) -> Job:

@@ -28,15 +28,13 @@ from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
 from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from ferryman.core.clock import Clock
     from ferryman.core.lease import LeasePolicy
     from ferryman.core.retry import RetryPolicy
     from ferryman.failpoints import Failpoints
     from ferryman.ports.control import ControlStore
-    from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import Delivery, JobQueue
+    from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.services.results import ResultWriter
     from ferryman.tasks import TaskRegistry
@@ -55,7 +53,7 @@ class Worker:
         store: JobLedger,
         queue: JobQueue,
         results: ResultWriter,
-        providers: Sequence[ModelProvider],
+        catalog: ModelCatalog,
         tasks: TaskRegistry,
         control: ControlStore,
         clock: Clock,
@@ -94,7 +92,7 @@ class Worker:
         self._runner = AttemptRunner(
             store=store,
             queue=queue,
-            providers=providers,
+            catalog=catalog,
             tasks=tasks,
             clock=clock,
             lease=lease,

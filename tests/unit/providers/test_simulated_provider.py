@@ -60,11 +60,11 @@ def scripted(
     return request_for(task, {**base, "simulate": simulate}, attempt_no=attempt_no)
 
 
-def test_it_is_a_model_provider_named_sim(sim: SimulatedProvider) -> None:
+async def test_it_is_a_model_provider_named_sim(sim: SimulatedProvider) -> None:
     provider: ModelProvider = sim
     assert provider.name == "sim"
-    assert sim.serves("sim")
-    assert not sim.serves("gpt-4o")
+    assert sim.name == "sim"
+    await sim.check()
 
 
 async def test_generate_echoes_the_prompt(sim: SimulatedProvider) -> None:

@@ -19,6 +19,7 @@ from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
 from ferryman.providers.simulated import SimulatedProvider
+from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
@@ -48,8 +49,8 @@ class CountingProvider:
     def name(self) -> str:
         return self._inner.name
 
-    def serves(self, model: str) -> bool:
-        return self._inner.serves(model)
+    async def check(self) -> None:
+        await self._inner.check()
 
     async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
         self.invocations += 1
@@ -95,6 +96,8 @@ class World:
             "max_receives": self.max_receives,
         }
         options.update(overrides)
+        # A test names the providers the worker may call; each serves its own name.
+        options["catalog"] = ModelCatalog.serving_own_names(options.pop("providers"))
         worker = Worker(**options)
         self.workers.append(worker)
         return worker
@@ -165,7 +168,7 @@ def make_world() -> Callable[..., World]:
                 control=control,
                 clock=clock,
                 idempotency_retention_seconds=3600,
-                providers=[provider],
+                catalog=ModelCatalog.serving_own_names([provider]),
             ),
             jobs=JobQueries(store=store, results=results, clock=clock),
             operations=Operations(store=store, queue=queue, control=control, clock=clock),

@@ -1,0 +1,66 @@
+"""The model catalog: which provider and model an alias means, for intake and workers.
+
+Built once per process by wiring from ``[providers.*]`` and ``[models.*]``; intake
+refuses an alias it does not know (422, nothing stored), and a worker resolves the
+alias of the job it runs (and, when the job has moved to a fallback, that one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ferryman.core.errors import ProviderBadRequestError
+from ferryman.core.models import ModelAlias
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from ferryman.ports.provider import ModelProvider
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    alias: ModelAlias
+    provider: ModelProvider
+
+
+class ModelCatalog:
+    def __init__(
+        self, *, aliases: Iterable[ModelAlias], providers: Iterable[ModelProvider]
+    ) -> None:
+        self._providers: Mapping[str, ModelProvider] = {p.name: p for p in providers}
+        self._aliases: Mapping[str, ModelAlias] = {a.name: a for a in aliases}
+        for alias in self._aliases.values():
+            if alias.provider not in self._providers:
+                raise ValueError(f"model {alias.name!r} names an unknown provider")
+            for fallback in alias.fallbacks:
+                if fallback not in self._aliases:
+                    raise ValueError(f"model {alias.name!r} falls back on an unknown model")
+
+    @classmethod
+    def serving_own_names(cls, providers: Iterable[ModelProvider]) -> ModelCatalog:
+        """Each provider reachable under an alias of its own name, for its model of that
+        name (how the simulated model is set up, and what tests need)."""
+        listed = list(providers)
+        return cls(
+            aliases=[ModelAlias(name=p.name, provider=p.name, model=p.name) for p in listed],
+            providers=listed,
+        )
+
+    def knows(self, alias: str) -> bool:
+        return alias in self._aliases
+
+    def aliases(self) -> list[ModelAlias]:
+        return [self._aliases[name] for name in sorted(self._aliases)]
+
+    def providers(self) -> list[ModelProvider]:
+        return [self._providers[name] for name in sorted(self._providers)]
+
+    def route(self, alias: str) -> Route:
+        """The provider and model an alias means. Raises ProviderBadRequestError (a job
+        stored under an alias this process no longer knows fails INVALID_REQUEST)."""
+        found = self._aliases.get(alias)
+        if found is None:
+            raise ProviderBadRequestError("no model of that name is configured here")
+        return Route(alias=found, provider=self._providers[found.provider])
