@@ -39,11 +39,13 @@ from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, TenantQuotas
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
+from ferryman.services.limiter import CallBudget
 from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
 from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH_SIZE
 from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
+from ferryman.services.usage import UsageReports
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
@@ -138,6 +140,7 @@ class Runtime:
     jobs: JobQueries
     operations: Operations
     api_keys: ApiKeys
+    usage: UsageReports
     database_path: str
     results_location: str
     catalog: ModelCatalog
@@ -171,6 +174,14 @@ class Runtime:
             max_receives=s.max_receives,
             tenant_max_share=s.tenant_max_share,
             cancel_check_seconds=s.cancel_check_seconds,
+            budgets={
+                name: CallBudget(
+                    max_concurrency=provider.max_concurrency,
+                    requests_per_minute=provider.requests_per_minute,
+                    tokens_per_minute=provider.tokens_per_minute,
+                )
+                for name, provider in s.providers.items()
+            },
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
@@ -284,6 +295,7 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
             store=store, queue=queue, control=control, clock=clock, results=result_writer
         ),
         api_keys=ApiKeys(keys=keys, clock=clock),
+        usage=UsageReports(store=store, clock=clock),
         database_path=path if path == ":memory:" else str(Path(path).resolve()),
         results_location=results_location,
     )

@@ -32,6 +32,7 @@ from ferryman.services.ledger import JobLedger
 from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
+from ferryman.services.usage import UsageReports
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
@@ -91,6 +92,7 @@ class HttpStack:
             "jobs": self.jobs,
             "operations": self.operations,
             "api_keys": self.api_keys,
+            "usage": UsageReports(store=self.store, clock=self.clock),
             "clock": self.clock,
         }
         options.update(overrides)

@@ -54,6 +54,7 @@ def app_deps(runtime: Runtime) -> AppDeps:
         jobs=runtime.jobs,
         operations=runtime.operations,
         api_keys=runtime.api_keys,
+        usage=runtime.usage,
         clock=runtime.clock,
         max_body_bytes=s.max_body_bytes,
         body_timeout_seconds=s.body_timeout_seconds,

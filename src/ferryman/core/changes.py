@@ -181,6 +181,9 @@ def claim(
         attempt_id=attempt_id,
         worker_id=worker_id,
         started_at=now,
+        tenant_id=job.tenant_id,
+        task=job.task,
+        model=job.model,
     )
     detail = {"attempt_id": attempt_id, "attempt_no": claimed.fence, "worker_id": worker_id}
     events.append((EventKind.CLAIMED, detail))
@@ -247,13 +250,22 @@ def schedule_retry(
     not_before: float,
     error: JobError,
     report: AttemptReport,
+    fall_back_to: str | None = None,
 ) -> Change:
+    """``fall_back_to``: the fallback model the job moves on to (its name, for the event)."""
     if _cancel_wins(job, attempt_id, now):
         return _owner_cancelled(job, attempt_id, now, report)
     after = rules.schedule_retry(
-        job, attempt_id=attempt_id, now=now, not_before=not_before, error=error
+        job,
+        attempt_id=attempt_id,
+        now=now,
+        not_before=not_before,
+        error=error,
+        fall_back=fall_back_to is not None,
     )
-    detail = {"not_before": not_before, **_error_detail(error)}
+    detail: dict[str, Any] = {"not_before": not_before, **_error_detail(error)}
+    if fall_back_to is not None:
+        detail["fallback_model"] = fall_back_to
     return _owner_ends(job, after, attempt_id, now, report, EventKind.RETRY_SCHEDULED, detail)
 
 

@@ -29,6 +29,7 @@
         ├── ProviderServerError         TRANSIENT
         ├── InvalidOutputError          INVALID_OUTPUT
         ├── ProviderBadRequestError     INVALID_REQUEST
+        │   └── ContextLengthExceededError  the input is too long for this model
         ├── ProviderUnauthorizedError   UNAUTHORIZED
         └── SafetyRejectedError         SAFETY_REJECTED
 
@@ -259,6 +260,12 @@ class ProviderBadRequestError(ProviderError):
 
     failure_class = FailureClass.INVALID_REQUEST
     code = "bad_request"
+
+
+class ContextLengthExceededError(ProviderBadRequestError):
+    """The input is too long for this model's context window."""
+
+    code = "context_length_exceeded"
 
 
 class ProviderUnauthorizedError(ProviderError):

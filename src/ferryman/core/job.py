@@ -107,6 +107,8 @@ class Job:
     # lease), across re-sent messages; reset only by an operator's replay. Bounded by
     # max_receives whatever the queue's own receive counts do.
     deliveries_without_outcome: int = 0
+    # 0 while the job runs on its own model alias; n once it moved to its n-th fallback.
+    fallback_level: int = 0
     # +1 on every change: an engine applies a change only if the revision it was computed
     # from is still current (its one conditional-write primitive).
     revision: int = 0
@@ -138,6 +140,16 @@ class Attempt:
     input_tokens: int | None = None
     output_tokens: int | None = None
     provider_request_id: str | None = None
+    # Whose, what and on which model alias (the job's, or the fallback it moved to):
+    # what usage reports count by.
+    tenant_id: str = ""
+    task: str = ""
+    model: str = ""
+    provider: str | None = None
+    provider_model: str | None = None
+    finish_reason: str | None = None
+    cost_nano_usd: int | None = None
+    raw_output: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +163,18 @@ class AttemptReport:
     input_tokens: int | None = None
     output_tokens: int | None = None
     provider_request_id: str | None = None
+    # The model alias the call used (None: the attempt never got as far as a call).
+    model: str | None = None
+    provider: str | None = None
+    provider_model: str | None = None
+    finish_reason: str | None = None
+    cost_nano_usd: int | None = None
+    # An answer that broke the output schema, cut to RAW_OUTPUT_MAX_CHARS.
+    raw_output: str | None = None
+
+
+# How much of a schema-breaking answer is kept with its attempt (for debugging a prompt).
+RAW_OUTPUT_MAX_CHARS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,18 +275,32 @@ def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
 
 
 def schedule_retry(
-    job: Job, *, attempt_id: str, now: float, not_before: float, error: JobError
+    job: Job,
+    *,
+    attempt_id: str,
+    now: float,
+    not_before: float,
+    error: JobError,
+    fall_back: bool = False,
 ) -> Job:
+    """Wait until not_before, then try again. ``fall_back``: on the next fallback
+    model, whose budgets start afresh."""
     _require_owner(job, attempt_id, now)
     invalid = error.failure_class is FailureClass.INVALID_OUTPUT
+    if fall_back:
+        failures, invalid_outputs = 0, 0
+    else:
+        failures = job.failure_count + 1
+        invalid_outputs = job.invalid_output_count + (1 if invalid else 0)
     return dataclasses.replace(
         job,
         status=JobStatus.RETRY_SCHEDULED,
         not_before=not_before,
         lease_until=None,
         error=error,
-        failure_count=job.failure_count + 1,
-        invalid_output_count=job.invalid_output_count + (1 if invalid else 0),
+        failure_count=failures,
+        invalid_output_count=invalid_outputs,
+        fallback_level=job.fallback_level + (1 if fall_back else 0),
         updated_at=now,
     )
 
@@ -362,6 +400,7 @@ def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
         failure_count=0,
         invalid_output_count=0,
         deliveries_without_outcome=0,
+        fallback_level=0,
         attempt_id=None,
         worker_id=None,
         lease_until=None,

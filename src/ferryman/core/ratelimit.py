@@ -22,17 +22,28 @@ class TokenBucket:
         self._tokens = float(burst)
         self._updated_at: float | None = None
 
-    def take(self, now: float) -> float:
+    def take(self, now: float, amount: float = 1.0) -> float:
+        """Spend ``amount`` tokens (1 request; or an estimate of a call's model tokens)
+        and return 0.0, or spend nothing and return the seconds until they are there.
+        An amount over the burst is let through once the bucket is full (it could
+        never wait long enough otherwise), leaving the bucket in debt."""
         self._refill(now)
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+        needed = min(amount, float(self.burst))
+        if self._tokens >= needed:
+            self._tokens -= amount
             return 0.0
-        return (1.0 - self._tokens) / self.rate_per_second
+        return (needed - self._tokens) / self.rate_per_second
+
+    def adjust(self, now: float, amount: float) -> None:
+        """Spend (positive) or give back (negative) tokens after the fact: an estimate
+        corrected by what a call really used. The bucket may go into debt."""
+        self._refill(now)
+        self._tokens = min(float(self.burst), self._tokens - amount)
 
     @property
     def remaining(self) -> int:
         """Whole requests left as of the last take."""
-        return int(self._tokens)
+        return max(0, int(self._tokens))
 
     @property
     def seconds_until_full(self) -> float:

@@ -52,6 +52,8 @@ class RetryDecision:
     retry: bool
     delay_seconds: float = 0.0
     reason: str = ""
+    # Retry on the next fallback model, with fresh budgets, at once.
+    fall_back: bool = False
 
 
 def decide(
@@ -62,12 +64,18 @@ def decide(
     invalid_outputs: int,
     retry_after_seconds: float | None = None,
     rng: random.Random | None = None,
+    has_fallback: bool = False,
+    context_too_long: bool = False,
 ) -> RetryDecision:
     """Decide about a failure. ``failures``/``invalid_outputs`` include this one.
 
     The wait is full-jitter exponential backoff (uniform in [0, ceiling]); a
     throttled call waits at least as long as the provider's Retry-After asked.
+    With ``has_fallback``, a model whose input is too long, or that stays throttled
+    past its budget, hands the job on to the next fallback model, at once.
     """
+    if has_fallback and context_too_long:
+        return RetryDecision(retry=True, reason="fallback", fall_back=True)
     if failure_class not in RETRYABLE:
         return RetryDecision(retry=False, reason="not_retryable")
     if (
@@ -76,6 +84,8 @@ def decide(
     ):
         return RetryDecision(retry=False, reason="invalid_output_exhausted")
     if failures >= policy.max_attempts:
+        if has_fallback and failure_class is FailureClass.THROTTLED:
+            return RetryDecision(retry=True, reason="fallback", fall_back=True)
         return RetryDecision(retry=False, reason="attempts_exhausted")
     delay = (rng or random).uniform(0.0, policy.backoff_ceiling_seconds(failures))
     if failure_class is FailureClass.THROTTLED and retry_after_seconds is not None:

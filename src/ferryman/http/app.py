@@ -25,7 +25,7 @@ from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
-from ferryman.http.routes import admin, admin_jobs, health, jobs, keys
+from ferryman.http.routes import admin, admin_jobs, health, jobs, keys, usage
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ferryman.services.intake import Intake
     from ferryman.services.jobs import JobQueries
     from ferryman.services.operations import Operations
+    from ferryman.services.usage import UsageReports
 
 DEFAULT_MAX_BODY_BYTES = 262_144
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
@@ -44,6 +45,7 @@ class AppDeps:
     jobs: JobQueries
     operations: Operations
     api_keys: ApiKeys
+    usage: UsageReports
     clock: Clock
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # How long a request body may take to arrive once its headers are in (408 after).
@@ -99,5 +101,6 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(admin_jobs.router)
     app.include_router(keys.router)
+    app.include_router(usage.router)
     app.include_router(health.router)
     return app

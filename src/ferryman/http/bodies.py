@@ -87,13 +87,24 @@ class SwitchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # A Literal, not the Switch enum, so the schema has no $defs (see openapi_body).
-    what: Literal["intake", "workers"]
+    # "provider" pauses (or resumes) calls to the provider named in ``provider``.
+    what: Literal["intake", "workers", "provider"]
+    provider: str | None = Field(default=None, min_length=1, max_length=128)
     # Why, for the audit log (who and when are the key and the clock).
     reason: str | None = Field(default=None, min_length=1, max_length=500)
 
+    @model_validator(mode="after")
+    def _provider_named_only_for_providers(self) -> SwitchRequest:
+        if (self.what == "provider") != (self.provider is not None):
+            raise ValueError(
+                '"provider" names the provider when, and only when, what is "provider"'
+            )
+        return self
+
     @property
-    def switch(self) -> Switch:
-        return Switch(self.what)
+    def switch(self) -> Switch | None:
+        """The process-wide switch, or None for a provider's."""
+        return None if self.what == "provider" else Switch(self.what)
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -23,6 +23,8 @@ import orjson
 from fastapi import Query
 from fastapi.responses import JSONResponse
 
+from ferryman.core.models import usd
+
 if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
@@ -168,6 +170,15 @@ def _attempt_fields(attempt: Attempt) -> dict[str, Any]:
         "latency_ms": attempt.latency_ms,
         "input_tokens": attempt.input_tokens,
         "output_tokens": attempt.output_tokens,
+        # Which model alias the call ran under, which model answered, why it stopped,
+        # what it cost, and the provider's id for it (for a support ticket).
+        "model": attempt.model or None,
+        "provider_model": attempt.provider_model,
+        "finish_reason": attempt.finish_reason,
+        "cost_usd": None if attempt.cost_nano_usd is None else usd(attempt.cost_nano_usd),
+        "provider_request_id": attempt.provider_request_id,
+        # The tenant's own data: an answer that broke the output schema, to debug with.
+        "raw_output": attempt.raw_output,
     }
 
 

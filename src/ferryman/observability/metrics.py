@@ -87,3 +87,18 @@ END_TO_END_LATENCY = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 TOKENS = Counter("ferryman_tokens_total", "Model usage tokens.", ["model", "direction"])
+PROVIDER_WINDOW = Gauge(
+    "ferryman_provider_window",
+    "Calls at once this process allows a (provider, model): the AIMD window.",
+    ["provider", "model"],
+)
+PROVIDER_COST = Counter(
+    "ferryman_model_cost_usd_total",
+    "What model calls cost, from the alias's prices, by outcome of the attempt.",
+    ["provider", "model", "outcome"],
+)
+ATTEMPT_TOKENS = Counter(
+    "ferryman_attempt_tokens_total",
+    "Model usage tokens by provider, model and outcome of the attempt.",
+    ["provider", "model", "outcome", "direction"],
+)

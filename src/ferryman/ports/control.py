@@ -33,8 +33,26 @@ class AuditRecord:
     record_id: int | None = None
 
 
+PROVIDER_SWITCH_PREFIX = "provider:"
+
+
+def provider_switch(provider: str) -> str:
+    """The switch that pauses calls to one provider (its audit target too)."""
+    return PROVIDER_SWITCH_PREFIX + provider
+
+
 class ControlStore(Protocol):
     async def paused(self) -> frozenset[Switch]: ...
+
+    async def paused_providers(self) -> frozenset[str]:
+        """Providers no worker may call now (a 401/403 paused them, or an operator)."""
+        ...
+
+    async def set_provider_paused(
+        self, provider: str, paused: bool, *, actor: str, now: float, reason: str | None = None
+    ) -> None:
+        """Pause or resume calls to one provider, and audit it, atomically."""
+        ...
 
     async def set_paused(
         self, switch: Switch, paused: bool, *, actor: str, now: float, reason: str | None = None

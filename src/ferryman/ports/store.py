@@ -13,6 +13,7 @@ Times are epoch seconds passed in by the caller, so the caller's clock decides.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,6 +44,27 @@ class TenantUsage:
 
     unfinished: int
     stored: int
+
+
+class UsageGroup(enum.StrEnum):
+    DAY = "day"  # UTC day the attempt started
+    MODEL = "model"  # the model alias it ran under
+    TASK = "task"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """What the attempts of one group (a day, a model, a task) used and cost."""
+
+    key: str
+    calls: int
+    failed_calls: int  # attempts whose call failed (a failure class was recorded)
+    input_tokens: int
+    output_tokens: int
+    cost_nano_usd: int
+    # Cost of the calls whose result is not the job's published one: retries, lost
+    # leases, abandoned and cancelled attempts, final failures.
+    wasted_nano_usd: int
 
 
 class JobStore(Protocol):
@@ -100,6 +122,13 @@ class JobStore(Protocol):
         ...
 
     async def usage(self, tenant_id: str) -> TenantUsage: ...
+
+    async def usage_report(
+        self, *, tenant_id: str | None, start: float, end: float, group_by: UsageGroup
+    ) -> list[UsageRow]:
+        """Attempts started in [start, end) of a tenant (None: every tenant), grouped,
+        in key order."""
+        ...
 
     async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
         """Delete up to ``limit`` finished jobs completed before the time, with their

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ferryman.core.errors import (
+    InvalidOutputError,
     InvalidRequestError,
     ProviderBadRequestError,
     ProviderError,
@@ -28,9 +29,10 @@ from ferryman.core.errors import (
     ProviderTimeoutError,
     ThrottledError,
 )
-from ferryman.core.job import AttemptOutcome, AttemptReport
+from ferryman.core.job import RAW_OUTPUT_MAX_CHARS, AttemptOutcome, AttemptReport
 from ferryman.observability import metrics
-from ferryman.services.gate import ProviderGate
+from ferryman.ports.provider import FinishReason
+from ferryman.services.limiter import estimate_tokens
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -40,8 +42,9 @@ if TYPE_CHECKING:
     from ferryman.core.lease import LeasePolicy
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import Delivery, JobQueue
-    from ferryman.services.catalog import ModelCatalog
+    from ferryman.services.catalog import ModelCatalog, Route
     from ferryman.services.ledger import JobLedger, LeaseStatus
+    from ferryman.services.limiter import Limiters
     from ferryman.tasks import TaskDefinition, TaskRegistry
 
 log = structlog.get_logger("ferryman.worker")
@@ -86,9 +89,17 @@ class CallResult:
     input_tokens: int | None = None
     output_tokens: int | None = None
     provider_request_id: str | None = None
+    # Which alias the call ran under, at which provider, which model answered and why
+    # it stopped; what the call cost; the answer, when it broke the schema.
+    model: str | None = None
+    provider: str | None = None
+    provider_model: str | None = None
+    finish_reason: str | None = None
+    cost_nano_usd: int | None = None
+    raw_output: str | None = None
 
     def report(self, outcome: AttemptOutcome) -> AttemptReport:
-        error = self.error if outcome in (AttemptOutcome.RETRY, AttemptOutcome.FAILED) else None
+        error = self.error if outcome in _FAILING_OUTCOMES else None
         return AttemptReport(
             outcome=outcome,
             failure_class=error.failure_class if error else None,
@@ -97,7 +108,19 @@ class CallResult:
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             provider_request_id=self.provider_request_id,
+            model=self.model,
+            provider=self.provider,
+            provider_model=self.provider_model,
+            finish_reason=self.finish_reason,
+            cost_nano_usd=self.cost_nano_usd,
+            raw_output=self.raw_output,
         )
+
+
+# Outcomes whose report says what failed (a cancel keeps the failure its call had).
+_FAILING_OUTCOMES = frozenset(
+    {AttemptOutcome.RETRY, AttemptOutcome.FAILED, AttemptOutcome.CANCELLED}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +140,7 @@ class AttemptRunner:
         clock: Clock,
         lease: LeasePolicy,
         timeouts: AttemptTimeouts,
-        gate_size: int,
+        limiters: Limiters,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -126,7 +149,7 @@ class AttemptRunner:
         self._clock = clock
         self._lease = lease
         self._timeouts = timeouts
-        self._gates = {p.name: ProviderGate(gate_size) for p in catalog.providers()}
+        self._limiters = limiters
         self._releasing = asyncio.Event()
         # Attended attempts by job id: what the cancel watcher looks at.
         self._attended: dict[str, RunningAttempt] = {}
@@ -161,8 +184,7 @@ class AttemptRunner:
         job = attempt.job
         try:
             task = self._tasks.get(job.task)
-            route = self._catalog.route(job.model)
-            provider = route.provider
+            route = self._catalog.route_at(job.model, job.fallback_level)
             request = task.build_request(
                 job.input, model=route.alias.model, attempt_no=job.fence, job_id=job.job_id
             )
@@ -172,7 +194,8 @@ class AttemptRunner:
         except ProviderError as exc:
             result.error = exc
             return result
-        attempt._call = asyncio.create_task(self._call(provider, task, request, result))
+        result.model, result.provider = route.alias.name, route.provider.name
+        attempt._call = asyncio.create_task(self._call(route, task, request, result))
         try:
             await attempt._call
         except asyncio.CancelledError:
@@ -204,36 +227,44 @@ class AttemptRunner:
                     attempt.interrupt()
 
     async def _call(
-        self,
-        provider: ModelProvider,
-        task: TaskDefinition[Any],
-        request: ModelRequest,
-        result: CallResult,
+        self, route: Route, task: TaskDefinition[Any], request: ModelRequest, result: CallResult
     ) -> None:
-        gate = self._gates[provider.name]
-        async with gate.slot():
-            metrics.INVOCATIONS.labels(task=task.name, model=request.model).inc()
+        provider = route.provider
+        limiter = self._limiters.get(provider.name, request.model)
+        estimate = estimate_tokens(request.system, request.prompt, max_tokens=request.max_tokens)
+        async with limiter.slot(estimated_tokens=estimate) as admission:
+            metrics.INVOCATIONS.labels(task=task.name, model=route.alias.name).inc()
             started = time.perf_counter()
             try:
                 response = await self._invoke(provider, request)
             except ProviderError as exc:
                 result.error = exc
                 if isinstance(exc, ThrottledError):
-                    metrics.THROTTLES.labels(model=request.model).inc()
+                    metrics.THROTTLES.labels(model=route.alias.name).inc()
                 if not exc.scripted:  # a client's script never steers the shared window
-                    await gate.record(throttled=isinstance(exc, ThrottledError))
+                    await limiter.record(admission, throttled=isinstance(exc, ThrottledError))
                 return
             finally:
                 elapsed = time.perf_counter() - started
                 result.latency_ms = int(elapsed * 1000)
-                metrics.MODEL_LATENCY.labels(model=request.model).observe(elapsed)
-            await gate.record(throttled=False)
-        self._record_usage(result, request.model, response)
+                metrics.MODEL_LATENCY.labels(model=route.alias.name).observe(elapsed)
+            await limiter.record(
+                admission,
+                throttled=False,
+                used_tokens=response.input_tokens + response.output_tokens,
+            )
+        self._record_usage(result, route, response)
         try:
+            if response.finish_reason is FinishReason.LENGTH:
+                raise InvalidOutputError(
+                    "the answer was cut off at max_tokens before it was complete"
+                )
             result.output = task.parse_output(response.text)
         except ProviderError as exc:  # InvalidOutputError: the schema was broken
             metrics.VALIDATION_FAILURES.labels(task=task.name).inc()
             result.error = exc
+            # Kept (bounded) with the attempt, for its tenant to debug the prompt with.
+            result.raw_output = response.text[:RAW_OUTPUT_MAX_CHARS]
 
     async def _invoke(self, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
         try:
@@ -252,10 +283,16 @@ class AttemptRunner:
             raise ProviderServerError("the provider failed unexpectedly") from exc
 
     @staticmethod
-    def _record_usage(result: CallResult, model: str, response: ModelResponse) -> None:
+    def _record_usage(result: CallResult, route: Route, response: ModelResponse) -> None:
         result.input_tokens = response.input_tokens
         result.output_tokens = response.output_tokens
         result.provider_request_id = response.provider_request_id
+        result.provider_model = response.model
+        result.finish_reason = response.finish_detail or str(response.finish_reason)
+        result.cost_nano_usd = route.alias.prices.cost_nano_usd(
+            response.input_tokens, response.output_tokens
+        )
+        model = route.alias.name
         metrics.TOKENS.labels(model=model, direction="input").inc(response.input_tokens)
         metrics.TOKENS.labels(model=model, direction="output").inc(response.output_tokens)
 

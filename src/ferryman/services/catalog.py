@@ -57,6 +57,17 @@ class ModelCatalog:
     def providers(self) -> list[ModelProvider]:
         return [self._providers[name] for name in sorted(self._providers)]
 
+    def chain(self, alias: str) -> list[str]:
+        """The alias and the fallbacks a job on it may move to, in order."""
+        found = self._aliases.get(alias)
+        return [alias] if found is None else [alias, *found.fallbacks]
+
+    def route_at(self, alias: str, fallback_level: int) -> Route:
+        """The route of a job on ``alias`` that moved ``fallback_level`` fallbacks on (0:
+        its own). A level past the chain's end stays on its last model."""
+        chain = self.chain(alias)
+        return self.route(chain[min(max(0, fallback_level), len(chain) - 1)])
+
     def route(self, alias: str) -> Route:
         """The provider and model an alias means. Raises ProviderBadRequestError (a job
         stored under an alias this process no longer knows fails INVALID_REQUEST)."""

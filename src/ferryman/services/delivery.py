@@ -16,31 +16,40 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
-from ferryman.core.errors import FailureClass, ResultsUnavailableError, StoreUnavailableError
+from ferryman.core.errors import (
+    FailureClass,
+    ProviderError,
+    ResultsUnavailableError,
+    StoreUnavailableError,
+)
 from ferryman.core.ids import new_attempt_id
 from ferryman.core.job import (
     SUPPORTED_PAYLOAD_VERSIONS,
     AttemptOutcome,
+    AttemptReport,
     EventKind,
     Job,
     JobError,
     JobStatus,
 )
+from ferryman.core.models import usd
 from ferryman.core.results import result_key
-from ferryman.core.retry import decide
 from ferryman.observability import metrics
 from ferryman.services.attempt import RunningAttempt
+from ferryman.services.failures import judge_failure
+from ferryman.services.pauses import ProviderPauses
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ferryman.core.clock import Clock
-    from ferryman.core.errors import ProviderError
     from ferryman.core.lease import LeasePolicy
     from ferryman.core.retry import RetryPolicy
     from ferryman.failpoints import Failpoints
+    from ferryman.ports.control import ControlStore
     from ferryman.ports.queue import Delivery, JobQueue
     from ferryman.services.attempt import AttemptRunner, CallResult
+    from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.services.results import ResultWriter
 
@@ -49,6 +58,8 @@ log = structlog.get_logger("ferryman.worker")
 T = TypeVar("T")
 # Well within a lease: the heartbeat has stopped once the call returned.
 PERSIST_RETRY_DELAYS_SECONDS = (0.1, 0.5, 2.0)
+# A job for a paused provider comes back this much later to look again.
+PAUSED_PROVIDER_RECHECK_SECONDS = 30.0
 
 
 class Verdict(enum.StrEnum):
@@ -93,7 +104,12 @@ class DeliveryHandler:
         clock: Clock,
         settings: DeliverySettings,
         failpoints: Failpoints,
+        catalog: ModelCatalog,
+        control: ControlStore,
     ) -> None:
+        self._catalog = catalog
+        self._control = control
+        self._pauses = ProviderPauses(control)
         self._store = store
         self._queue = queue
         self._results = results
@@ -119,7 +135,25 @@ class DeliveryHandler:
             return Verdict.DEFERRED
         if job.failure_count >= self._settings.retry.max_attempts:
             return await self._fail_exhausted(delivery, job)
+        if await self._provider_paused(job):
+            return await self._requeue(delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
         return await self._claim_and_run(delivery, job)
+
+    async def _provider_paused(self, job: Job) -> bool:
+        try:
+            route = self._catalog.route_at(job.model, job.fallback_level)
+        except ProviderError:
+            return False  # the claim's call fails it as an unknown model
+        return await self._pauses.paused(route.provider.name)
+
+    async def _requeue(self, delivery: Delivery, delay_seconds: float) -> Verdict:
+        """Put the job's message back for later without counting this delivery: a new
+        message, then the old one deleted (a duplicate is harmless, a loss is not). A
+        paused provider may stay paused for hours; its jobs must not be dead-lettered
+        for having waited."""
+        await self._queue.send(delivery.message, delay_seconds=delay_seconds)
+        await self._queue.delete(delivery.receipt)
+        return Verdict.DEFERRED
 
     async def _claim_and_run(self, delivery: Delivery, job: Job) -> Verdict:
         now = self._clock.now()
@@ -204,13 +238,14 @@ class DeliveryHandler:
 
     async def _publish(self, attempt: RunningAttempt, result: CallResult, ref: str) -> Verdict:
         """SUCCEEDED, or CANCELLED if a cancel was requested meanwhile (it wins)."""
+        report = self._report(result, AttemptOutcome.SUCCEEDED)
         after = await self._persistently(
             lambda: self._store.succeed(
                 attempt.job.job_id,
                 attempt_id=attempt.attempt_id,
                 now=self._clock.now(),
                 result_ref=ref,
-                report=result.report(AttemptOutcome.SUCCEEDED),
+                report=report,
                 known=attempt.job,
             )
         )
@@ -224,59 +259,73 @@ class DeliveryHandler:
         self, attempt: RunningAttempt, result: CallResult, error: ProviderError
     ) -> Verdict:
         job = attempt.job
-        klass = error.failure_class
-        invalid = klass is FailureClass.INVALID_OUTPUT
-        decision = decide(
-            self._settings.retry,
-            failure_class=klass,
-            failures=job.failure_count + 1,
-            invalid_outputs=job.invalid_output_count + (1 if invalid else 0),
-            retry_after_seconds=error.retry_after_seconds,
+        verdict = judge_failure(
+            job,
+            error,
+            policy=self._settings.retry,
+            catalog=self._catalog,
+            provider=result.provider,
         )
+        if verdict.pause_provider is not None:
+            await self._pause_provider(verdict.pause_provider, error)
         now = self._clock.now()
-        if decision.retry:
-            job_error = JobError(code=error.code, failure_class=klass, message=error.message)
+        if verdict.retry:
+            report = self._report(result, AttemptOutcome.RETRY)
             after = await self._persistently(
                 lambda: self._store.schedule_retry(
                     job.job_id,
                     attempt_id=attempt.attempt_id,
                     now=now,
-                    not_before=now + decision.delay_seconds,
-                    error=job_error,
-                    report=result.report(AttemptOutcome.RETRY),
+                    not_before=now + verdict.delay_seconds,
+                    error=verdict.error,
+                    report=report,
                     known=attempt.job,
+                    fall_back_to=verdict.fall_back_to,
                 )
             )
         else:
-            code = error.code if decision.reason == "not_retryable" else decision.reason
-            final_error = JobError(code=code, failure_class=klass, message=error.message)
+            report = self._report(result, AttemptOutcome.FAILED)
             after = await self._persistently(
                 lambda: self._store.fail(
                     job.job_id,
                     attempt_id=attempt.attempt_id,
                     now=now,
-                    error=final_error,
-                    report=result.report(AttemptOutcome.FAILED),
+                    error=verdict.error,
+                    report=report,
                     known=attempt.job,
                 )
             )
         if after is None:
             return await self._lease_lost(attempt, result)
         if after.status is JobStatus.RETRY_SCHEDULED:
-            metrics.RETRIES.labels(failure_class=klass).inc()
+            metrics.RETRIES.labels(failure_class=error.failure_class).inc()
             metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.RETRY).inc()
             # The same message carries the retry: hidden until the job is due (I5).
-            await self._hide(attempt.delivery, decision.delay_seconds)
+            await self._hide(attempt.delivery, verdict.delay_seconds)
             return Verdict.RETRY_SCHEDULED
-        return await self._ended(attempt, after, klass)
+        return await self._ended(attempt, after, error.failure_class)
+
+    async def _pause_provider(self, provider: str, error: ProviderError) -> None:
+        """It refused our credentials: no job should be sent to it until an operator
+        resumes it (POST /v1/admin/resume {"what": "provider", "provider": ...})."""
+        log.error("provider.paused", provider=provider, error_code=error.code)
+        self._pauses.mark_paused(provider)
+        await self._control.set_provider_paused(
+            provider,
+            True,
+            actor=f"worker:{self._settings.worker_id}",
+            now=self._clock.now(),
+            reason=f"the provider refused our credentials ({error.code})",
+        )
 
     async def _cancelled(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
+        report = self._report(result, AttemptOutcome.CANCELLED)
         after = await self._persistently(
             lambda: self._store.finish_cancelled(
                 attempt.job.job_id,
                 attempt_id=attempt.attempt_id,
                 now=self._clock.now(),
-                report=result.report(AttemptOutcome.CANCELLED),
+                report=report,
                 known=attempt.job,
             )
         )
@@ -304,7 +353,7 @@ class DeliveryHandler:
             attempt.job.job_id,
             attempt_id=attempt.attempt_id,
             now=self._clock.now(),
-            report=result.report(AttemptOutcome.LEASE_LOST),
+            report=self._report(result, AttemptOutcome.LEASE_LOST),
         )
         metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.LEASE_LOST).inc()
         return Verdict.LEASE_LOST
@@ -315,7 +364,7 @@ class DeliveryHandler:
             attempt.job.job_id,
             attempt_id=attempt.attempt_id,
             now=self._clock.now(),
-            report=result.report(AttemptOutcome.ABANDONED),
+            report=self._report(result, AttemptOutcome.ABANDONED),
             known=attempt.job,
         )
         if released is None:
@@ -363,6 +412,19 @@ class DeliveryHandler:
             )
         await self._ack(delivery)
         return Verdict.DUPLICATE
+
+    @staticmethod
+    def _report(result: CallResult, outcome: AttemptOutcome) -> AttemptReport:
+        """How the attempt ended, counted once in the usage metrics."""
+        report = result.report(outcome)
+        if report.provider is not None and report.model is not None:
+            labels = {"provider": report.provider, "model": report.model, "outcome": outcome}
+            metrics.ATTEMPT_TOKENS.labels(**labels, direction="input").inc(report.input_tokens or 0)
+            metrics.ATTEMPT_TOKENS.labels(**labels, direction="output").inc(
+                report.output_tokens or 0
+            )
+            metrics.PROVIDER_COST.labels(**labels).inc(usd(report.cost_nano_usd or 0))
+        return report
 
     async def _persistently(self, write: Callable[[], Awaitable[T]]) -> T:
         """Make an attempt's outcome durable, riding out a briefly unavailable store.

@@ -36,7 +36,14 @@ if TYPE_CHECKING:
         JobError,
         JobStatus,
     )
-    from ferryman.ports.store import Accepted, JobPage, JobStore, TenantUsage
+    from ferryman.ports.store import (
+        Accepted,
+        JobPage,
+        JobStore,
+        TenantUsage,
+        UsageGroup,
+        UsageRow,
+    )
 
 # Every retry follows a fresh read, so only a job changing faster than we can read it
 # would exhaust this.
@@ -220,6 +227,7 @@ class JobLedger:
         error: JobError,
         report: AttemptReport,
         known: Job | None = None,
+        fall_back_to: str | None = None,
     ) -> Job | None:
         return await self._owner_write(
             job_id,
@@ -230,6 +238,7 @@ class JobLedger:
                 not_before=not_before,
                 error=error,
                 report=report,
+                fall_back_to=fall_back_to,
             ),
             known=known,
         )
@@ -397,6 +406,13 @@ class JobLedger:
 
     async def usage(self, tenant_id: str) -> TenantUsage:
         return await self._store.usage(tenant_id)
+
+    async def usage_report(
+        self, *, tenant_id: str | None, start: float, end: float, group_by: UsageGroup
+    ) -> list[UsageRow]:
+        return await self._store.usage_report(
+            tenant_id=tenant_id, start=start, end=end, group_by=group_by
+        )
 
     async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
         return await self._store.purge_finished(completed_before=completed_before, limit=limit)

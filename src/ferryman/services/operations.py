@@ -16,7 +16,7 @@ from ferryman.core.errors import (
     ResultsUnavailableError,
 )
 from ferryman.core.job import DEAD_LETTERED_CODE, JobStatus
-from ferryman.ports.control import AuditAction, AuditRecord
+from ferryman.ports.control import AuditAction, AuditRecord, provider_switch
 from ferryman.ports.queue import QueueMessage
 
 if TYPE_CHECKING:
@@ -122,6 +122,19 @@ class Operations:
 
     async def paused(self) -> frozenset[Switch]:
         return await self._control.paused()
+
+    async def set_provider_paused(
+        self, provider: str, paused: bool, *, actor: str, reason: str | None = None
+    ) -> None:
+        await self._control.set_provider_paused(
+            provider, paused, actor=actor, now=self._clock.now(), reason=reason
+        )
+
+    async def paused_names(self) -> list[str]:
+        """Everything paused now: ``intake``, ``workers``, ``provider:NAME``."""
+        switches = [str(switch) for switch in await self._control.paused()]
+        providers = [provider_switch(p) for p in await self._control.paused_providers()]
+        return sorted(switches + providers)
 
     async def audit_log(self, *, limit: int = 50, before: int | None = None) -> list[AuditRecord]:
         return await self._control.audit_log(limit=limit, before=before)

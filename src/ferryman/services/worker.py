@@ -26,8 +26,11 @@ from ferryman.ports.control import Switch
 from ferryman.ports.queue import TenantBudget
 from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
 from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdict
+from ferryman.services.limiter import Limiters
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ferryman.core.clock import Clock
     from ferryman.core.lease import LeasePolicy
     from ferryman.core.retry import RetryPolicy
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import Delivery, JobQueue
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.limiter import CallBudget
     from ferryman.services.results import ResultWriter
     from ferryman.tasks import TaskRegistry
 
@@ -69,6 +73,7 @@ class Worker:
         max_receives: int = 10,
         tenant_max_share: float = 1.0,
         cancel_check_seconds: float = 0.5,
+        budgets: Mapping[str, CallBudget] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -100,7 +105,7 @@ class Worker:
                 provider_timeout_seconds=provider_timeout_seconds,
                 attempt_timeout_seconds=attempt_timeout_seconds or provider_timeout_seconds * 1.5,
             ),
-            gate_size=concurrency,
+            limiters=Limiters(budgets or {}, max_concurrency=concurrency),
         )
         self._handler = DeliveryHandler(
             store=store,
@@ -112,6 +117,8 @@ class Worker:
                 lease=lease, retry=retry, worker_id=worker_id, max_receives=max_receives
             ),
             failpoints=failpoints,
+            catalog=catalog,
+            control=control,
         )
         self._running: set[asyncio.Task[Verdict]] = set()
         self._slot_freed = asyncio.Event()

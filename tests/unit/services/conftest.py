@@ -96,8 +96,10 @@ class World:
             "max_receives": self.max_receives,
         }
         options.update(overrides)
-        # A test names the providers the worker may call; each serves its own name.
-        options["catalog"] = ModelCatalog.serving_own_names(options.pop("providers"))
+        # A test names the providers the worker may call (each serving its own name),
+        # or gives a whole catalog.
+        providers = options.pop("providers")
+        options.setdefault("catalog", ModelCatalog.serving_own_names(providers))
         worker = Worker(**options)
         self.workers.append(worker)
         return worker

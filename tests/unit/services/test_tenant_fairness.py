@@ -69,11 +69,11 @@ async def test_a_scripted_throttle_does_not_narrow_the_window_every_tenant_share
     for i in range(20):
         await world.submit(f"x{i}", tenant="mallory", simulate={"script": ["throttle", "ok"]})
     worker = world.worker(concurrency=16)
-    gate = worker._runner._gates["sim"]
+    window = worker._runner._limiters.get("sim", "sim").window
 
     await worker.run_until_idle(max_rounds=1)
 
-    assert gate.window.permits == 16
+    assert window.permits == 16
 
 
 async def test_with_sim_scripts_off_a_script_is_refused_and_nothing_is_stored(make_world):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ferryman.ports.control import AuditAction, AuditRecord
+from ferryman.ports.control import AuditAction, AuditRecord, provider_switch
 
 if TYPE_CHECKING:
     from ferryman.ports.control import Switch
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 class InMemoryControlStore:
     def __init__(self) -> None:
         self._paused: set[Switch] = set()
+        self._paused_providers: set[str] = set()
         self._audit: list[AuditRecord] = []
 
     async def paused(self) -> frozenset[Switch]:
@@ -29,6 +30,23 @@ class InMemoryControlStore:
         action = AuditAction.PAUSE if paused else AuditAction.RESUME
         await self.record_audit(
             AuditRecord(at=now, actor=actor, action=action, target=str(switch), reason=reason)
+        )
+
+    async def paused_providers(self) -> frozenset[str]:
+        return frozenset(self._paused_providers)
+
+    async def set_provider_paused(
+        self, provider: str, paused: bool, *, actor: str, now: float, reason: str | None = None
+    ) -> None:
+        if paused:
+            self._paused_providers.add(provider)
+        else:
+            self._paused_providers.discard(provider)
+        action = AuditAction.PAUSE if paused else AuditAction.RESUME
+        await self.record_audit(
+            AuditRecord(
+                at=now, actor=actor, action=action, target=provider_switch(provider), reason=reason
+            )
         )
 
     async def record_audit(self, record: AuditRecord) -> None:

@@ -26,6 +26,9 @@ class JobHistory:
     def attempts(self, job_id: str) -> list[Attempt]:
         return sorted(self._attempts.get(job_id, []), key=lambda a: a.attempt_no)
 
+    def all_attempts(self) -> list[Attempt]:
+        return [attempt for attempts in self._attempts.values() for attempt in attempts]
+
     def record(self, change: Change) -> None:
         """Write what a change says happened: its events, the attempt it opened, the
         attempts it closed."""
@@ -59,4 +62,10 @@ class JobHistory:
                     input_tokens=report.input_tokens,
                     output_tokens=report.output_tokens,
                     provider_request_id=report.provider_request_id,
+                    model=report.model or attempt.model,
+                    provider=report.provider,
+                    provider_model=report.provider_model,
+                    finish_reason=report.finish_reason,
+                    cost_nano_usd=report.cost_nano_usd,
+                    raw_output=report.raw_output,
                 )

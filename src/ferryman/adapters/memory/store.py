@@ -12,15 +12,16 @@ import asyncio
 import copy
 import dataclasses
 import math
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.memory.history import JobHistory
 from ferryman.adapters.memory.listing import page_of
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.core.idempotency import IdempotencyEntry
-from ferryman.core.job import WAITING_STATUSES, DispatchState, JobStatus
+from ferryman.core.job import WAITING_STATUSES, AttemptOutcome, DispatchState, JobStatus
 from ferryman.ports.queue import QueueMessage
-from ferryman.ports.store import Accepted, TenantUsage
+from ferryman.ports.store import Accepted, TenantUsage, UsageGroup, UsageRow
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -159,6 +160,18 @@ class InMemoryJobStore:
         unfinished = sum(1 for job in mine if not job.status.terminal)
         return TenantUsage(unfinished=unfinished, stored=len(mine))
 
+    async def usage_report(
+        self, *, tenant_id: str | None, start: float, end: float, group_by: UsageGroup
+    ) -> list[UsageRow]:
+        groups: dict[str, list[Attempt]] = {}
+        for attempt in self._history.all_attempts():
+            if not start <= attempt.started_at < end:
+                continue
+            if tenant_id is not None and attempt.tenant_id != tenant_id:
+                continue
+            groups.setdefault(_usage_key(attempt, group_by), []).append(attempt)
+        return [_usage_row(key, attempts) for key, attempts in sorted(groups.items())]
+
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return {job_id for job_id in job_ids if job_id in self._jobs}
 
@@ -195,3 +208,23 @@ class InMemoryJobStore:
             for key in expired[: max(0, limit)]:
                 del self._keys[key]
             return min(len(expired), max(0, limit))
+
+
+def _usage_key(attempt: Attempt, group_by: UsageGroup) -> str:
+    if group_by is UsageGroup.DAY:
+        return datetime.fromtimestamp(attempt.started_at, UTC).strftime("%Y-%m-%d")
+    return attempt.model if group_by is UsageGroup.MODEL else attempt.task
+
+
+def _usage_row(key: str, attempts: list[Attempt]) -> UsageRow:
+    return UsageRow(
+        key=key,
+        calls=len(attempts),
+        failed_calls=sum(1 for a in attempts if a.failure_class is not None),
+        input_tokens=sum(a.input_tokens or 0 for a in attempts),
+        output_tokens=sum(a.output_tokens or 0 for a in attempts),
+        cost_nano_usd=sum(a.cost_nano_usd or 0 for a in attempts),
+        wasted_nano_usd=sum(
+            a.cost_nano_usd or 0 for a in attempts if a.outcome is not AttemptOutcome.SUCCEEDED
+        ),
+    )

@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.sqlite.sql import MISC
-from ferryman.ports.control import AuditAction, AuditRecord, Switch
+from ferryman.ports.control import (
+    PROVIDER_SWITCH_PREFIX,
+    AuditAction,
+    AuditRecord,
+    Switch,
+    provider_switch,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -29,12 +35,33 @@ class SqliteControlStore:
     async def set_paused(
         self, switch: Switch, paused: bool, *, actor: str, now: float, reason: str | None = None
     ) -> None:
-        params = {"switch": str(switch), "paused": int(paused), "actor": actor, "updated_at": now}
+        await self._flip(str(switch), paused, actor=actor, now=now, reason=reason)
+
+    async def paused_providers(self) -> frozenset[str]:
+        def op(conn: sqlite3.Connection) -> frozenset[str]:
+            rows = conn.execute(MISC["paused_switches"]).fetchall()
+            return frozenset(
+                row["switch"].removeprefix(PROVIDER_SWITCH_PREFIX)
+                for row in rows
+                if row["switch"].startswith(PROVIDER_SWITCH_PREFIX)
+            )
+
+        return await self._db.read(op)
+
+    async def set_provider_paused(
+        self, provider: str, paused: bool, *, actor: str, now: float, reason: str | None = None
+    ) -> None:
+        await self._flip(provider_switch(provider), paused, actor=actor, now=now, reason=reason)
+
+    async def _flip(
+        self, switch: str, paused: bool, *, actor: str, now: float, reason: str | None
+    ) -> None:
+        params = {"switch": switch, "paused": int(paused), "actor": actor, "updated_at": now}
         record = AuditRecord(
             at=now,
             actor=actor,
             action=AuditAction.PAUSE if paused else AuditAction.RESUME,
-            target=str(switch),
+            target=switch,
             reason=reason,
         )
 

@@ -112,6 +112,9 @@ def _write_consequences(conn: sqlite3.Connection, change: Change, *, stored: int
                 "attempt_id": attempt.attempt_id,
                 "worker_id": attempt.worker_id,
                 "started_at": attempt.started_at,
+                "tenant_id": attempt.tenant_id,
+                "task": attempt.task,
+                "model": attempt.model,
             },
         )
     if change.enqueue:

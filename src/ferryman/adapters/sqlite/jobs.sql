@@ -11,13 +11,14 @@ INSERT INTO jobs (
     payload_version, status, dispatch_state, attempt_count, failure_count,
     invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
     cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
-    updated_at, completed_at, revision, event_seq, deliveries_without_outcome
+    updated_at, completed_at, revision, event_seq, deliveries_without_outcome, fallback_level
 ) VALUES (
     :job_id, :tenant_id, :idempotency_key, :request_hash, :task, :model, :input, :metadata,
     :payload_version, :status, :dispatch_state, :attempt_count, :failure_count,
     :invalid_output_count, :fence, :attempt_id, :worker_id, :lease_until, :not_before,
     :cancel_requested, :result_ref, :error, :traceparent, :correlation_id, :created_at,
-    :updated_at, :completed_at, :revision, :event_seq, :deliveries_without_outcome
+    :updated_at, :completed_at, :revision, :event_seq, :deliveries_without_outcome,
+    :fallback_level
 );
 
 -- name: update_job
@@ -39,7 +40,8 @@ UPDATE jobs SET
     completed_at = :completed_at,
     revision = :revision,
     event_seq = :event_seq,
-    deliveries_without_outcome = :deliveries_without_outcome
+    deliveries_without_outcome = :deliveries_without_outcome,
+    fallback_level = :fallback_level
 WHERE job_id = :job_id AND revision = :expected_revision;
 
 -- name: get_idempotency
@@ -63,8 +65,11 @@ VALUES (:job_id, :seq, :at, :kind, :detail);
 SELECT * FROM events WHERE job_id = :job_id ORDER BY seq;
 
 -- name: insert_attempt
-INSERT INTO attempts (job_id, attempt_no, attempt_id, worker_id, started_at)
-VALUES (:job_id, :attempt_no, :attempt_id, :worker_id, :started_at);
+INSERT INTO attempts (
+    job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
+) VALUES (
+    :job_id, :attempt_no, :attempt_id, :worker_id, :started_at, :tenant_id, :task, :model
+);
 
 -- name: close_attempt
 -- Only an attempt with no outcome yet: an ended attempt keeps its first ending.
@@ -78,7 +83,13 @@ UPDATE attempts SET
     latency_ms = :latency_ms,
     input_tokens = :input_tokens,
     output_tokens = :output_tokens,
-    provider_request_id = :provider_request_id
+    provider_request_id = :provider_request_id,
+    model = COALESCE(:model, model),
+    provider = :provider,
+    provider_model = :provider_model,
+    finish_reason = :finish_reason,
+    cost_nano_usd = :cost_nano_usd,
+    raw_output = :raw_output
 WHERE job_id = :job_id AND attempt_id = :attempt_id
   AND (outcome IS NULL OR (:replaces_abandoned AND outcome = 'abandoned'));
 
@@ -167,3 +178,24 @@ DELETE FROM idempotency WHERE rowid IN (
     SELECT rowid FROM idempotency WHERE expires_at IS NOT NULL AND expires_at <= :now
     LIMIT :limit
 );
+
+-- name: usage_report
+-- :group_by is one of day, model, task (core-checked); :tenant_id NULL is every tenant.
+SELECT
+    CASE :group_by
+        WHEN 'day' THEN strftime('%Y-%m-%d', started_at, 'unixepoch')
+        WHEN 'model' THEN model
+        ELSE task
+    END AS key,
+    COUNT(*) AS calls,
+    COALESCE(SUM(failure_class IS NOT NULL), 0) AS failed_calls,
+    COALESCE(SUM(input_tokens), 0) AS input_tokens,
+    COALESCE(SUM(output_tokens), 0) AS output_tokens,
+    COALESCE(SUM(cost_nano_usd), 0) AS cost_nano_usd,
+    COALESCE(SUM(CASE WHEN outcome = 'succeeded' THEN 0 ELSE cost_nano_usd END), 0)
+        AS wasted_nano_usd
+FROM attempts
+WHERE started_at >= :start AND started_at < :end
+  AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+GROUP BY key
+ORDER BY key;

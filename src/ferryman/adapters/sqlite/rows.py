@@ -69,6 +69,7 @@ def job_params(job: Job) -> dict[str, Any]:
         "revision": job.revision,
         "event_seq": job.event_seq,
         "deliveries_without_outcome": job.deliveries_without_outcome,
+        "fallback_level": job.fallback_level,
     }
 
 
@@ -110,6 +111,7 @@ def job_from_row(row: sqlite3.Row) -> Job:
         revision=row["revision"],
         event_seq=row["event_seq"],
         deliveries_without_outcome=row["deliveries_without_outcome"],
+        fallback_level=row["fallback_level"],
     )
 
 
@@ -122,6 +124,12 @@ def report_params(report: AttemptReport) -> dict[str, Any]:
         "input_tokens": report.input_tokens,
         "output_tokens": report.output_tokens,
         "provider_request_id": report.provider_request_id,
+        "model": report.model,
+        "provider": report.provider,
+        "provider_model": report.provider_model,
+        "finish_reason": report.finish_reason,
+        "cost_nano_usd": report.cost_nano_usd,
+        "raw_output": report.raw_output,
     }
 
 
@@ -140,6 +148,14 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
         provider_request_id=row["provider_request_id"],
+        tenant_id=row["tenant_id"],
+        task=row["task"],
+        model=row["model"],
+        provider=row["provider"],
+        provider_model=row["provider_model"],
+        finish_reason=row["finish_reason"],
+        cost_nano_usd=row["cost_nano_usd"],
+        raw_output=row["raw_output"],
     )
 
 

@@ -10,7 +10,7 @@ from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import StoreUnavailableError
-from ferryman.ports.store import JobPage, TenantUsage
+from ferryman.ports.store import JobPage, TenantUsage, UsageRow
 
 if TYPE_CHECKING:
     import sqlite3
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job, JobStatus
-    from ferryman.ports.store import Accepted
+    from ferryman.ports.store import Accepted, UsageGroup
 
 # A write refused this recently still makes the store not ready, even if the probe's
 # own small write got through (a nearly full disk takes some writes and not others).
@@ -118,6 +118,28 @@ class SqliteJobStore:
             if row is None:
                 return TenantUsage(unfinished=0, stored=0)
             return TenantUsage(unfinished=row["unfinished"], stored=row["stored"])
+
+        return await self._db.read(op)
+
+    async def usage_report(
+        self, *, tenant_id: str | None, start: float, end: float, group_by: UsageGroup
+    ) -> list[UsageRow]:
+        params = {"tenant_id": tenant_id, "start": start, "end": end, "group_by": str(group_by)}
+
+        def op(conn: sqlite3.Connection) -> list[UsageRow]:
+            rows = conn.execute(JOBS["usage_report"], params).fetchall()
+            return [
+                UsageRow(
+                    key=str(row["key"]),
+                    calls=row["calls"],
+                    failed_calls=row["failed_calls"],
+                    input_tokens=row["input_tokens"],
+                    output_tokens=row["output_tokens"],
+                    cost_nano_usd=row["cost_nano_usd"],
+                    wasted_nano_usd=row["wasted_nano_usd"],
+                )
+                for row in rows
+            ]
 
         return await self._db.read(op)
 

@@ -57,8 +57,12 @@ async def resume(request: Request, principal: Admin) -> JSONResponse:
 async def _set_switch(request: Request, actor: str, *, paused: bool) -> JSONResponse:
     body = await read_body(request, SwitchRequest)
     operations = app_deps(request).operations
-    await operations.set_paused(body.switch, paused, actor=actor, reason=body.reason)
-    return JSONResponse({"paused": sorted(str(switch) for switch in await operations.paused())})
+    if body.switch is None:
+        assert body.provider is not None
+        await operations.set_provider_paused(body.provider, paused, actor=actor, reason=body.reason)
+    else:
+        await operations.set_paused(body.switch, paused, actor=actor, reason=body.reason)
+    return JSONResponse({"paused": await operations.paused_names()})
 
 
 @router.get("/audit")

@@ -1,0 +1,86 @@
+"""/v1/usage: a tenant's own tokens, calls and cost; /v1/admin/usage: any tenant's."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from ferryman.core.errors import InvalidRequestError
+from ferryman.core.models import usd
+from ferryman.http.auth import Admin, Tenant, app_deps
+from ferryman.http.views import JsonBody, iso
+from ferryman.ports.store import UsageGroup
+
+if TYPE_CHECKING:
+    from ferryman.ports.store import UsageRow
+    from ferryman.services.usage import UsageReport
+
+router = APIRouter(tags=["usage"])
+
+From = Annotated[
+    datetime | None,
+    Query(alias="from", description="RFC 3339 start (default: 30 days before `to`)"),
+]
+To = Annotated[datetime | None, Query(description="RFC 3339 end, exclusive (default: now)")]
+GroupBy = Annotated[UsageGroup, Query(description="day (UTC), model (alias) or task")]
+
+
+@router.get("/v1/usage")
+async def tenant_usage(
+    request: Request,
+    principal: Tenant,
+    start: From = None,
+    to: To = None,
+    group_by: GroupBy = UsageGroup.DAY,
+) -> JsonBody:
+    report = await app_deps(request).usage.report(
+        principal.tenant_id, group_by=group_by, start=_epoch(start), end=_epoch(to)
+    )
+    return JsonBody(_report_body(report))
+
+
+@router.get("/v1/admin/usage")
+async def admin_usage(
+    request: Request,
+    principal: Admin,
+    tenant: Annotated[str | None, Query(max_length=64, description="default: every tenant")] = None,
+    start: From = None,
+    to: To = None,
+    group_by: GroupBy = UsageGroup.DAY,
+) -> JsonBody:
+    report = await app_deps(request).usage.report(
+        tenant, group_by=group_by, start=_epoch(start), end=_epoch(to)
+    )
+    return JsonBody({"tenant_id": tenant, **_report_body(report)})
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        msg = "a time needs its UTC offset (RFC 3339), like 2026-11-30T00:00:00Z"
+        raise InvalidRequestError(msg, errors=[{"loc": ["query"], "msg": msg}])
+    return moment.timestamp()
+
+
+def _report_body(report: UsageReport) -> dict[str, Any]:
+    return {
+        "from": iso(report.start),
+        "to": iso(report.end),
+        "group_by": str(report.group_by),
+        "data": [{str(report.group_by): row.key, **_row_body(row)} for row in report.rows],
+        "total": _row_body(report.total),
+    }
+
+
+def _row_body(row: UsageRow) -> dict[str, Any]:
+    return {
+        "calls": row.calls,
+        "failed_calls": row.failed_calls,
+        "input_tokens": row.input_tokens,
+        "output_tokens": row.output_tokens,
+        "cost_usd": usd(row.cost_nano_usd),
+        "wasted_cost_usd": usd(row.wasted_nano_usd),
+    }

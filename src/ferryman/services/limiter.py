@@ -1,0 +1,143 @@
+"""How many calls, and how fast, a worker process makes to one (provider, model).
+
+Each (provider, model) pair gets its own limiter, shared by every call of the
+process: a concurrency window that halves on THROTTLED and grows by about one per
+round trip (core.aimd), and, when the provider has them, requests-per-minute and
+tokens-per-minute budgets (core.ratelimit token buckets). A call waits for a slot
+and for its budgets before it is made, so a backlog shows up as queue depth, not as
+a wall of 429s that each burn an attempt. A throttle a client's script made up (the
+sim's) never narrows the window: it says nothing about the provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ferryman.core.aimd import AimdWindow
+from ferryman.core.ratelimit import TokenBucket
+from ferryman.observability import metrics
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+SECONDS_PER_MINUTE = 60.0
+_MAX_BUDGET_WAITS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CallBudget:
+    """``[providers.NAME]``'s limits, for each of its models, per worker process."""
+
+    max_concurrency: int = 64
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
+@dataclass(slots=True)
+class Admission:
+    """One call let through: under which window epoch, with how many tokens reserved."""
+
+    epoch: int
+    reserved_tokens: float
+
+
+class CallLimiter:
+    def __init__(self, budget: CallBudget, *, provider: str, model: str) -> None:
+        self.window = AimdWindow(maximum=float(max(1, budget.max_concurrency)))
+        self._requests = _per_minute_bucket(budget.requests_per_minute)
+        self._tokens = _per_minute_bucket(budget.tokens_per_minute)
+        self._active = 0
+        self._changed = asyncio.Condition()
+        self._gauge = metrics.PROVIDER_WINDOW.labels(provider=provider, model=model)
+        self._gauge.set(self.window.permits)
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    @contextlib.asynccontextmanager
+    async def slot(self, *, estimated_tokens: int) -> AsyncIterator[Admission]:
+        """Wait for a place in the window and for the request and token budgets."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._active < self.window.permits)
+            self._active += 1
+            epoch = self.window.epoch
+        try:
+            await _spend(self._requests, 1.0)
+            await _spend(self._tokens, float(estimated_tokens))
+            yield Admission(epoch=epoch, reserved_tokens=float(estimated_tokens))
+        finally:
+            async with self._changed:
+                self._active -= 1
+                self._changed.notify_all()
+
+    async def record(
+        self, admission: Admission, *, throttled: bool, used_tokens: int | None = None
+    ) -> None:
+        """How the call went: a throttle narrows the window (once per overload), a
+        success widens it; the token budget learns what the call really used."""
+        if self._tokens is not None and used_tokens is not None:
+            self._tokens.adjust(time.monotonic(), used_tokens - admission.reserved_tokens)
+        async with self._changed:
+            if throttled:
+                self.window.on_throttle(admission.epoch)
+            else:
+                self.window.on_success()
+            self._gauge.set(self.window.permits)
+            self._changed.notify_all()
+
+
+class Limiters:
+    """The limiter of every (provider, model) this process calls, made on first use."""
+
+    def __init__(self, budgets: Mapping[str, CallBudget], *, max_concurrency: int) -> None:
+        self._budgets = budgets
+        self._max_concurrency = max_concurrency
+        self._limiters: dict[tuple[str, str], CallLimiter] = {}
+
+    def get(self, provider: str, model: str) -> CallLimiter:
+        limiter = self._limiters.get((provider, model))
+        if limiter is None:
+            budget = self._budgets.get(provider, CallBudget())
+            # No more at once than the worker itself runs.
+            capped = CallBudget(
+                max_concurrency=min(budget.max_concurrency, self._max_concurrency),
+                requests_per_minute=budget.requests_per_minute,
+                tokens_per_minute=budget.tokens_per_minute,
+            )
+            limiter = self._limiters[(provider, model)] = CallLimiter(
+                capped, provider=provider, model=model
+            )
+        return limiter
+
+
+def _per_minute_bucket(per_minute: float | None) -> TokenBucket | None:
+    if per_minute is None:
+        return None
+    rate = per_minute / SECONDS_PER_MINUTE
+    # A second's worth at once: enough to start a batch, not a minute's burst.
+    return TokenBucket(rate, burst=max(1, int(rate)))
+
+
+async def _spend(bucket: TokenBucket | None, amount: float) -> None:
+    """Wait until the bucket holds ``amount`` and spend it (the budget paces the call)."""
+    if bucket is None:
+        return
+    for _ in range(_MAX_BUDGET_WAITS):
+        wait = bucket.take(time.monotonic(), amount)
+        if wait <= 0:
+            return
+        await asyncio.sleep(wait)
+    # Unreachable with a bucket that refills: each wait is exactly until it holds enough.
+    bucket.adjust(time.monotonic(), amount)
+
+
+def estimate_tokens(*texts: str | None, max_tokens: int | None) -> int:
+    """A call's tokens before it is made: about four characters a token in, and the
+    answer's cap out (corrected by the real usage afterwards)."""
+    characters = sum(len(text) for text in texts if text)
+    return characters // 4 + 1 + (max_tokens or 256)
