@@ -3,6 +3,9 @@ and SQLite in tmp_path, a FakeClock, and an in-process worker when jobs must fin
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -245,3 +248,25 @@ def http_check_problem(response: httpx.Response, status: int, code: str) -> dict
 @pytest.fixture
 def http_problem() -> Callable[[httpx.Response, int, str], dict[str, Any]]:
     return http_check_problem
+
+
+@pytest.fixture
+def ferryman_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``ferryman_cli(cwd, *args, env=None)``: the CLI as a user runs it, in a subprocess,
+    with no FERRYMAN_* variable of this process leaking in."""
+
+    def run(
+        cwd: Path, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMAN_")}
+        return subprocess.run(
+            [sys.executable, "-m", "ferryman.cli.main", *args],
+            cwd=cwd,
+            env=env if env is not None else clean,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return run

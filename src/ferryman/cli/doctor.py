@@ -22,7 +22,8 @@ from rich.text import Text
 
 from ferryman.config import unknown_variables
 from ferryman.core.errors import FerrymanError
-from ferryman.wiring import check_urls, probe_database, results_location
+from ferryman.services.catalog import provider_reports
+from ferryman.wiring import build_catalog, check_urls, probe_database, results_location
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -100,8 +101,24 @@ def max_receives_above_max_attempts(s: Settings) -> Check:
     )
 
 
+def provider_timeouts_below_attempt_timeout(s: Settings) -> Check:
+    """A provider's own timeout must leave the attempt (and so the lease) room too."""
+    own = {name: p.timeout_seconds for name, p in s.providers.items() if p.timeout_seconds}
+    over = sorted(name for name, seconds in own.items() if seconds >= s.attempt_timeout_seconds)
+    shown = ", ".join(f"{name} {own[name]:g}s" for name in sorted(own)) or "none set"
+    return _check(
+        "each provider's timeout < attempt timeout",
+        f"{shown} < {s.attempt_timeout_seconds:g}s",
+        not over,
+        f"lower providers.{over[0]}.timeout_seconds or raise FERRYMAN_ATTEMPT_TIMEOUT_SECONDS"
+        if over
+        else "",
+    )
+
+
 RULES: tuple[Callable[[Settings], Check], ...] = (
     provider_timeout_below_attempt_timeout,
+    provider_timeouts_below_attempt_timeout,
     attempt_timeout_within_lease,
     heartbeat_within_third_of_lease,
     visibility_above_heartbeat,
@@ -138,7 +155,25 @@ async def check_live(settings: Settings) -> list[Check]:
         return [_check("backend available", settings.database_url, False, exc.message)]
     probe = await asyncio.to_thread(probe_database, settings)
     results = await asyncio.to_thread(_results_check, results_location(settings))
-    return [*_database_checks(probe), results]
+    return [*_database_checks(probe), results, *await check_providers(settings)]
+
+
+async def check_providers(settings: Settings) -> list[Check]:
+    """Each configured provider answers and takes our key (a cheap call, never a job)."""
+    try:
+        catalog = build_catalog(settings)
+    except FerrymanError as exc:
+        return [_check("providers configured", "ferryman.toml", False, exc.message)]
+    reports = await provider_reports(catalog)
+    return [
+        _check(
+            f"provider {report.name} reachable",
+            report.kind,
+            report.ok,
+            f"{report.detail}: check providers.{report.name} (base_url, api_key_env)",
+        )
+        for report in reports
+    ]
 
 
 def _database_checks(probe: DatabaseProbe) -> list[Check]:

@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from ferryman import __version__
-from ferryman.cli import admin, remote
+from ferryman.cli import admin, models, remote
 from ferryman.cli.common import EXIT_FAILED, err_console, fail, out_console, run, settings
 from ferryman.cli.doctor import check_environment, check_live, check_settings, render
 from ferryman.cli.serving import Roles, banner, bind, run_roles
@@ -165,6 +165,7 @@ keys_app.command("revoke")(admin.revoke_key)
 dlq_app.command("list")(admin.list_dead_letters)
 dlq_app.command("replay")(admin.replay_dead_letters)
 app.command()(admin.purge)
+app.command()(models.models)
 
 
 if __name__ == "__main__":

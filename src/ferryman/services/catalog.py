@@ -7,10 +7,11 @@ alias of the job it runs (and, when the job has moved to a fallback, that one).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ferryman.core.errors import ProviderBadRequestError
+from ferryman.core.errors import FerrymanError, ProviderBadRequestError
 from ferryman.core.models import ModelAlias
 
 if TYPE_CHECKING:
@@ -75,3 +76,25 @@ class ModelCatalog:
         if found is None:
             raise ProviderBadRequestError("no model of that name is configured here")
         return Route(alias=found, provider=self._providers[found.provider])
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderReport:
+    name: str
+    kind: str
+    ok: bool
+    detail: str = ""
+
+
+async def provider_reports(catalog: ModelCatalog) -> list[ProviderReport]:
+    """Ask every provider at once to prove it answers and takes our key."""
+
+    async def one(provider: ModelProvider) -> ProviderReport:
+        kind = type(provider).__name__
+        try:
+            await provider.check()
+        except FerrymanError as exc:
+            return ProviderReport(name=provider.name, kind=kind, ok=False, detail=exc.message)
+        return ProviderReport(name=provider.name, kind=kind, ok=True)
+
+    return list(await asyncio.gather(*(one(p) for p in catalog.providers())))

@@ -1,0 +1,99 @@
+"""``ferryman models``: which model aliases jobs may name, and whether their providers answer."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ferryman.cli.common import EXIT_FAILED, fail, print_json, print_table, run, settings
+from ferryman.core.errors import FerrymanError
+from ferryman.services.catalog import ProviderReport, provider_reports
+from ferryman.wiring import build_catalog
+
+if TYPE_CHECKING:
+    from ferryman.services.catalog import ModelCatalog
+
+
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables.")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check",
+            help="Ask each provider to prove it answers and takes the key (a cheap call).",
+        ),
+    ] = True,
+) -> None:
+    """List the model aliases and providers, and check each provider (exit 1 if one fails)."""
+    try:
+        catalog = build_catalog(settings())
+    except FerrymanError as exc:
+        fail(exc.message)
+    reports = run(provider_reports(catalog)) if check else []
+    if as_json:
+        print_json(_as_json(catalog, reports))
+    else:
+        print_table(_aliases_table(catalog))
+        print_table(_providers_table(catalog, reports))
+    if any(not report.ok for report in reports):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _as_json(catalog: ModelCatalog, reports: list[ProviderReport]) -> dict[str, Any]:
+    checked = {report.name: report for report in reports}
+    return {
+        "models": [
+            {
+                "alias": alias.name,
+                "provider": alias.provider,
+                "model": alias.model,
+                "input_price_per_mtok": alias.prices.input_per_mtok_usd,
+                "output_price_per_mtok": alias.prices.output_per_mtok_usd,
+                "fallbacks": list(alias.fallbacks),
+            }
+            for alias in catalog.aliases()
+        ],
+        "providers": [
+            {
+                "name": provider.name,
+                "ok": checked[provider.name].ok if provider.name in checked else None,
+                "detail": checked[provider.name].detail if provider.name in checked else None,
+            }
+            for provider in catalog.providers()
+        ],
+    }
+
+
+def _aliases_table(catalog: ModelCatalog) -> Table:
+    table = Table(title='models (what a job\'s "model" may name)')
+    for column in ("alias", "provider", "model", "$/Mtok in", "$/Mtok out", "fallbacks"):
+        table.add_column(column, no_wrap=True)
+    for alias in catalog.aliases():
+        table.add_row(
+            Text(alias.name),
+            Text(alias.provider),
+            Text(alias.model),
+            f"{alias.prices.input_per_mtok_usd:g}",
+            f"{alias.prices.output_per_mtok_usd:g}",
+            Text(", ".join(alias.fallbacks) or "-"),
+        )
+    return table
+
+
+def _providers_table(catalog: ModelCatalog, reports: list[ProviderReport]) -> Table:
+    checked = {report.name: report for report in reports}
+    table = Table(title="providers")
+    table.add_column("provider", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("detail")
+    for provider in catalog.providers():
+        report = checked.get(provider.name)
+        if report is None:
+            status = Text("not checked", style="dim")
+        else:
+            status = Text("ok", style="green") if report.ok else Text("FAIL", style="bold red")
+        table.add_row(Text(provider.name), status, Text(report.detail if report else ""))
+    return table
