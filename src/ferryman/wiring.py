@@ -11,27 +11,27 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sqlite3
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.files import FileResultStore
-from ferryman.adapters.sqlite import (
-    SqliteApiKeyStore,
-    SqliteControlStore,
-    SqliteDatabase,
-    SqliteJobQueue,
-    SqliteJobStore,
-    SqliteResultStore,
-)
-from ferryman.adapters.sqlite.migrations import applied_version, latest_version
 from ferryman.config import SIM, ConfigurationError
 from ferryman.core.clock import SystemClock
-from ferryman.core.errors import FerrymanError
 from ferryman.core.ids import new_worker_id
 from ferryman.core.models import ModelAlias, Prices
+from ferryman.engines import (
+    DatabaseProbe,
+    Engine,
+    EngineOptions,
+    InvalidUrlError,
+    UnsupportedBackendError,
+    engine_name,
+    open_engine,
+    probe_engine,
+    sqlite_path,
+)
 from ferryman.observability import metrics
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
@@ -61,50 +61,22 @@ if TYPE_CHECKING:
     from ferryman.ports.results import ResultStore
     from ferryman.tasks import TaskRegistry
 
-SQLITE_SCHEME = "sqlite://"
 FILE_SCHEME = "file://"
 INLINE_RESULTS = "db"
-# Engines the design names but this version does not ship yet.
-_PLANNED_SCHEMES = ("postgresql://", "postgres://", "aws://", "s3://")
+# Result stores the design names but this version does not ship.
+_PLANNED_RESULTS = ("s3://",)
 
-
-class UnsupportedBackendError(FerrymanError):
-    """This backend is not available in this version."""
-
-    code = "unsupported_backend"
-
-
-class InvalidUrlError(FerrymanError):
-    """A database or results URL cannot be understood."""
-
-    code = "invalid_url"
-
-
-def _refuse_planned(url: str, variable: str) -> None:
-    for scheme in _PLANNED_SCHEMES:
-        if url.startswith(scheme):
-            raise UnsupportedBackendError(
-                f"{variable}={scheme}... is not available in this version; "
-                f"use sqlite:///path.db (database) and file://dir or db (results)"
-            )
-
-
-def sqlite_path(database_url: str) -> str:
-    """The file behind ``sqlite:///relative.db`` or ``sqlite:////absolute/path.db``."""
-    _refuse_planned(database_url, "FERRYMAN_DATABASE_URL")
-    if not database_url.startswith(SQLITE_SCHEME + "/"):
-        raise InvalidUrlError(
-            f"FERRYMAN_DATABASE_URL must look like sqlite:///path/to/file.db, got {database_url!r}"
-        )
-    path = database_url.removeprefix(SQLITE_SCHEME + "/")
-    if not path:
-        raise InvalidUrlError("FERRYMAN_DATABASE_URL names no file: use sqlite:///./ferryman.db")
-    return path
+__all__ = ["DatabaseProbe", "InvalidUrlError", "UnsupportedBackendError"]
 
 
 def results_directory(results_url: str) -> str | None:
     """The directory of ``file://dir``, or None for results kept in the database."""
-    _refuse_planned(results_url, "FERRYMAN_RESULTS_URL")
+    for scheme in _PLANNED_RESULTS:
+        if results_url.startswith(scheme):
+            raise UnsupportedBackendError(
+                f"FERRYMAN_RESULTS_URL={scheme}... is not available in this version; "
+                "use file://directory or db"
+            )
     if results_url == INLINE_RESULTS:
         return None
     if not results_url.startswith(FILE_SCHEME):
@@ -119,8 +91,17 @@ def results_directory(results_url: str) -> str | None:
 
 def check_urls(settings: Settings) -> None:
     """Raise UnsupportedBackendError or InvalidUrlError before anything is opened."""
-    sqlite_path(settings.database_url)
+    if engine_name(settings.database_url) == "sqlite":
+        sqlite_path(settings.database_url)
     results_directory(settings.results_url)
+
+
+def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
+    return EngineOptions(
+        max_receives=settings.max_receives,
+        create=create,
+        sqlite_synchronous=settings.sqlite_synchronous,
+    )
 
 
 @dataclass(slots=True)
@@ -201,10 +182,10 @@ class Runtime:
         )
 
 
-def _results_store(settings: Settings, db: SqliteDatabase) -> tuple[ResultStore, str]:
+def _results_store(settings: Settings, engine: Engine) -> tuple[ResultStore, str]:
     directory = results_directory(settings.results_url)
     if directory is None:
-        return SqliteResultStore(db), "in the database"
+        return engine.results, f"in the {engine.name} database"
     # The store creates its directory on the first put (fsyncing each new level).
     return FileResultStore(directory), str(Path(directory).resolve())
 
@@ -237,27 +218,30 @@ def _provider(name: str, provider: ProviderSettings, settings: Settings) -> Mode
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings, *, clock: Clock | None = None) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    settings: Settings, *, clock: Clock | None = None, create: bool = True
+) -> AsyncIterator[Runtime]:
     """Open the configured engine, build the services over it, close it on exit."""
     check_urls(settings)
-    path = sqlite_path(settings.database_url)
-    db = await SqliteDatabase.open(path, synchronous=settings.sqlite_synchronous)
-    runtime = _build(settings, db, path, clock or SystemClock())
-    try:
-        yield runtime
-    finally:
-        if isinstance(runtime.results, FileResultStore):
-            await asyncio.to_thread(runtime.results.close)
-        await db.close()
+    clock = clock or SystemClock()
+    async with open_engine(
+        settings.database_url, clock=clock, options=engine_options(settings, create=create)
+    ) as engine:
+        runtime = _build(settings, engine, clock)
+        try:
+            yield runtime
+        finally:
+            if isinstance(runtime.results, FileResultStore):
+                await asyncio.to_thread(runtime.results.close)
 
 
-def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> Runtime:
+def _build(settings: Settings, engine: Engine, clock: Clock) -> Runtime:
     metrics.configure(tenant_labels=settings.metrics_tenant_labels)
-    store = JobLedger(SqliteJobStore(db, clock=clock))
-    queue = SqliteJobQueue(db, clock=clock, max_receives=settings.max_receives)
-    results, results_location = _results_store(settings, db)
-    keys = SqliteApiKeyStore(db)
-    control = SqliteControlStore(db)
+    store = JobLedger(engine.store)
+    queue = engine.queue
+    results, results_location = _results_store(settings, engine)
+    keys = engine.keys
+    control = engine.control
     tasks = builtin_tasks()
     catalog = build_catalog(settings)
     # One per process: its view of whether results can be written is what stops this
@@ -296,34 +280,12 @@ def _build(settings: Settings, db: SqliteDatabase, path: str, clock: Clock) -> R
         ),
         api_keys=ApiKeys(keys=keys, clock=clock),
         usage=UsageReports(store=store, clock=clock),
-        database_path=path if path == ":memory:" else str(Path(path).resolve()),
+        database_path=engine.location,
         results_location=results_location,
     )
 
 
 # --- looking without touching: doctor, and commands that must not create a database ---
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseProbe:
-    """What the configured database file holds, seen read-only."""
-
-    path: str  # absolute, as every message names it
-    exists: bool
-    latest_version: int  # the schema version this ferryman writes
-    schema_version: int | None = None  # None when missing or unreadable
-    error: str | None = None  # why it could not be read
-
-    @property
-    def pending_migrations(self) -> int:
-        if self.schema_version is None:
-            return 0
-        return max(0, self.latest_version - self.schema_version)
-
-
-def database_location(settings: Settings) -> Path:
-    """The absolute path of the configured SQLite file (relative to the working directory)."""
-    return Path(sqlite_path(settings.database_url)).resolve()
 
 
 def results_location(settings: Settings) -> Path | None:
@@ -332,28 +294,6 @@ def results_location(settings: Settings) -> Path | None:
     return None if directory is None else Path(directory).resolve()
 
 
-def probe_database(settings: Settings) -> DatabaseProbe:
-    """Look at the database without creating, migrating or writing anything (blocking).
-
-    SQLite's read-only mode still makes the -wal and -shm files when they are absent.
-    They are absent only when no process has the file open (the last one to close
-    checkpoints the WAL into the file and deletes them), so then the file is read as
-    immutable, which creates nothing and, with no writer, sees all there is.
-    """
-    path = database_location(settings)
-    latest = latest_version()
-    if not path.is_file():
-        return DatabaseProbe(path=str(path), exists=path.exists(), latest_version=latest)
-    in_use = all(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
-    uri = f"{path.as_uri()}?mode=ro" + ("" if in_use else "&immutable=1")
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
-        try:
-            version = applied_version(conn)
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        return DatabaseProbe(
-            path=str(path), exists=True, latest_version=latest, error=f"{type(exc).__name__}: {exc}"
-        )
-    return DatabaseProbe(path=str(path), exists=True, latest_version=latest, schema_version=version)
+async def probe_database(settings: Settings) -> DatabaseProbe:
+    """Look at the configured database without creating, migrating or writing anything."""
+    return await probe_engine(settings.database_url)

@@ -36,7 +36,7 @@ from ferryman.core.errors import ApiKeyNotFoundError, LastAdminKeyError, Request
 from ferryman.http.routes.keys import key_body
 from ferryman.ports.keys import RevokeOutcome
 from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
-from ferryman.wiring import check_urls, database_location, open_runtime
+from ferryman.wiring import check_urls, open_runtime, probe_database
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -111,14 +111,13 @@ def _expiry(expires_in: str | None, expires_at: str | None) -> float | None:
 
 
 async def _create_key(s: Settings, tenant: str, admin: bool, expires_at: float | None) -> _Created:
-    database = database_location(s)
-    existed = database.exists()
+    existed = (await probe_database(s)).exists
     async with open_runtime(s) as runtime:
         try:
             issued = await runtime.api_keys.issue(tenant, admin=admin, expires_at=expires_at)
         except RequestError as exc:
             fail(exc.message, EXIT_USAGE)
-    return _Created(issued=issued, database=str(database), database_existed=existed)
+    return _Created(issued=issued, database=runtime.database_path, database_existed=existed)
 
 
 def list_keys(
@@ -206,13 +205,13 @@ async def _existing_database(s: Settings) -> AsyncIterator[Runtime]:
     """The runtime over the configured database, which must exist: commands that only
     look or change existing rows never make a new, empty database."""
     check_urls(s)  # a bad URL is a configuration error (exit 2) before anything else
-    database = database_location(s)
-    if not database.is_file():
+    probe = await probe_database(s)
+    if not probe.exists:
         fail(
-            f"no database at {database}: check FERRYMAN_DATABASE_URL (a relative path is "
+            f"no database at {probe.path}: check FERRYMAN_DATABASE_URL (a relative path is "
             f"taken from the working directory, {Path.cwd()})"
         )
-    async with open_runtime(s) as runtime:
+    async with open_runtime(s, create=False) as runtime:
         yield runtime
 
 

@@ -135,7 +135,7 @@ def migrate() -> None:
 
 
 async def _migrate(s: Settings) -> None:
-    before = await asyncio.to_thread(probe_database, s)
+    before = await probe_database(s)
     try:
         async with open_runtime(s):
             pass
@@ -143,7 +143,7 @@ async def _migrate(s: Settings) -> None:
         fail(f"{before.path}: {exc.message}")
     if not before.exists:
         err_console.print(f"created the database {before.path}", highlight=False)
-    after = await asyncio.to_thread(probe_database, s)
+    after = await probe_database(s)
     if before.schema_version == after.schema_version:
         err_console.print(f"schema already at version {after.schema_version}", highlight=False)
     else:
