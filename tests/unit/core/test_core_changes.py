@@ -619,6 +619,24 @@ def test_fail_unowned_of_a_waiting_job_ends_no_attempt(jobs: Jobs) -> None:
     assert kinds(change) == [EventKind.FAILED]
 
 
+def test_fail_unowned_refuses_a_lease_that_is_live_to_its_last_instant(jobs: Jobs) -> None:
+    job = jobs.owned(lease_until=NOW)
+    with pytest.raises(IllegalTransitionError):
+        changes.fail_unowned(job, now=NOW, error=DELIVERY, kind=EventKind.FAILED, detail={})
+    later = changes.fail_unowned(
+        job, now=NOW + 0.001, error=DELIVERY, kind=EventKind.FAILED, detail={}
+    )
+    assert later.after.status is JobStatus.FAILED
+
+
+@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED])
+def test_fail_unowned_leaves_a_finished_job_alone(jobs: Jobs, status: JobStatus) -> None:
+    with pytest.raises(IllegalTransitionError):
+        changes.fail_unowned(
+            jobs.waiting(status=status), now=NOW, error=DELIVERY, kind=EventKind.FAILED, detail={}
+        )
+
+
 @pytest.mark.parametrize("dispatched", [True, False])
 def test_a_replay_records_who_and_why_and_sends_a_message_where_the_engine_can(
     dispatched: bool, jobs: Jobs

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ferryman.core.clock import FakeClock
+from ferryman.core.clock import FakeClock, SystemClock
 from ferryman.core.lease import LeasePolicy
 
 durations = st.floats(min_value=0.001, max_value=86_400, allow_nan=False)
@@ -74,3 +76,15 @@ def test_fake_clock_moves_only_forward_when_told() -> None:
         clock.advance(-1)
     clock.set(50.0)
     assert clock.now() == 50.0
+
+
+def test_a_fake_clock_may_be_advanced_by_nothing() -> None:
+    clock = FakeClock(100.0)
+    clock.advance(0)
+    assert clock.now() == 100.0
+
+
+def test_the_system_clock_tells_epoch_seconds() -> None:
+    before = time.time()
+    now = SystemClock().now()
+    assert before <= now <= time.time()
