@@ -209,9 +209,24 @@ async def test_unknown_payload_version_is_left_for_another_worker(make_world) ->
     delivery = await _receive_one(world)
     await world.queue.delete(delivery.receipt)
     await world.queue.send(QueueMessage(job_id=job.job_id, tenant_id="t1", payload_version=99))
-    assert await world.worker().handle(await _receive_one(world)) is Verdict.DEFERRED
-    assert (await world.job(job.job_id)).status is JobStatus.QUEUED
+    before = await world.job(job.job_id)
+    events = await world.store.events(job.job_id)
+    [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=5)
+    assert await world.worker().handle(delivery) is Verdict.DEFERRED
+    # Rollback safety: nothing is claimed, invoked or recorded; the job is as it was.
+    assert await world.job(job.job_id) == before
+    assert await world.store.events(job.job_id) == events
+    assert await world.store.attempts(job.job_id) == []
+    assert world.provider.invocations == 0
+    # The message is neither deleted nor failed: hidden for the worker's visibility
+    # timeout (60 s here, not the 5 s it was received with), it comes back for a
+    # worker that knows its layout.
     assert (await world.queue.stats()).in_flight == 1
+    world.clock.advance(59)
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=60) == []
+    world.clock.advance(2)
+    again = await _receive_one(world)
+    assert again.message.payload_version == 99
 
 
 async def test_exhausted_job_fails_at_claim_without_invoking(make_world) -> None:
