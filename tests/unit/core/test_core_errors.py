@@ -82,6 +82,12 @@ def test_paused_carries_retry_after() -> None:
     assert errors.PausedError(retry_after_seconds=5).retry_after_seconds == 5
 
 
+def test_an_explicit_message_wins_for_errors_with_their_own_arguments() -> None:
+    assert errors.PausedError("closed for the upgrade").message == "closed for the upgrade"
+    assert errors.InvalidRequestError("bad input").message == "bad input"
+    assert errors.ThrottledError("slow down").message == "slow down"
+
+
 @pytest.mark.parametrize(
     ("cls", "parent"),
     [

@@ -39,7 +39,7 @@ def test_non_retryable_classes_never_retry(
         invalid_outputs=0,
         retry_after_seconds=retry_after,
     )
-    assert not decision.retry
+    assert decision.retry is False
     assert decision.reason == "not_retryable"
 
 
