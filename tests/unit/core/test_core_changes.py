@@ -329,7 +329,10 @@ def test_the_takeover_that_reaches_the_delivery_budget_dead_letters_instead(jobs
         DEAD_LETTERED_CODE,
         FailureClass.DELIVERY,
     )
-    assert "3 deliveries" in after.error.message
+    assert after.error.message == (
+        "3 deliveries of this job ended without any attempt recording an outcome"
+        " (crashes or lost leases)"
+    )
     assert after.deliveries_without_outcome == 3
     assert (after.completed_at, after.updated_at, after.lease_until) == (NOW, NOW, None)
     # No attempt is started: no attempt number, no model-failure budget is spent.
@@ -621,8 +624,9 @@ def test_fail_unowned_of_a_waiting_job_ends_no_attempt(jobs: Jobs) -> None:
 
 def test_fail_unowned_refuses_a_lease_that_is_live_to_its_last_instant(jobs: Jobs) -> None:
     job = jobs.owned(lease_until=NOW)
-    with pytest.raises(IllegalTransitionError):
+    with pytest.raises(IllegalTransitionError) as refused:
         changes.fail_unowned(job, now=NOW, error=DELIVERY, kind=EventKind.FAILED, detail={})
+    assert str(refused.value) == "a live attempt owns the job"
     later = changes.fail_unowned(
         job, now=NOW + 0.001, error=DELIVERY, kind=EventKind.FAILED, detail={}
     )
@@ -664,7 +668,10 @@ def test_a_replay_records_who_and_why_and_sends_a_message_where_the_engine_can(
 
 def test_replay_of_a_model_failure_needs_include_failed(jobs: Jobs) -> None:
     job = jobs.failed(TRANSIENT)
-    with pytest.raises(IllegalTransitionError):
+    with pytest.raises(
+        IllegalTransitionError,
+        match=r"^only dead-lettered jobs are replayed unless other FAILED jobs are included$",
+    ):
         changes.replay(
             job, now=NOW, actor="ops", reason="r", include_failed=False, dispatched=False
         )
@@ -705,7 +712,9 @@ def test_a_job_cancelled_while_its_retry_waits_is_never_replayed_or_claimed(jobs
     # The attempt had ended with its retry; the cancel ends no attempt a second time.
     assert cancel.closed == ()
     for include_failed in (False, True):
-        with pytest.raises(IllegalTransitionError):
+        with pytest.raises(
+            IllegalTransitionError, match=r"^a job its client cancelled is not replayed$"
+        ):
             changes.replay(
                 cancelled,
                 now=NOW + 2,

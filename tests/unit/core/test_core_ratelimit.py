@@ -38,10 +38,20 @@ def test_a_clock_stepping_back_mints_no_tokens() -> None:
     assert bucket.take(T0 + 11.0) == 0.0
 
 
-@pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
-def test_nonsense_settings_are_refused(rate: float, burst: int) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("rate", "burst", "message"),
+    [
+        (0.0, 1, "rate_per_second must be positive"),
+        (-1.0, 1, "rate_per_second must be positive"),
+        (1.0, 0, "burst must be at least 1"),
+    ],
+)
+def test_nonsense_settings_are_refused_naming_the_setting(
+    rate: float, burst: int, message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
         TokenBucket(rate_per_second=rate, burst=burst)
+    assert str(refused.value) == message
 
 
 def test_each_key_has_its_own_bucket() -> None:

@@ -182,18 +182,21 @@ def test_retry_after_is_ignored_for_other_classes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bad", "match"),
+    ("bad", "message"),
     [
-        ({"max_attempts": 0}, "max_attempts"),
-        ({"max_invalid_output_attempts": 0}, "max_invalid_output_attempts"),
-        ({"initial_interval_seconds": -1}, "negative"),
-        ({"maximum_interval_seconds": -0.5}, "negative"),
-        ({"backoff_coefficient": 0.5}, "backoff_coefficient"),
+        ({"max_attempts": 0}, "max_attempts must be at least 1"),
+        ({"max_invalid_output_attempts": 0}, "max_invalid_output_attempts must be at least 1"),
+        ({"initial_interval_seconds": -1}, "backoff intervals cannot be negative"),
+        ({"maximum_interval_seconds": -0.5}, "backoff intervals cannot be negative"),
+        ({"backoff_coefficient": 0.5}, "backoff_coefficient must be at least 1"),
     ],
 )
-def test_retry_policy_rejects_bad_values(bad: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_retry_policy_rejects_bad_values_naming_the_setting(
+    bad: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
         RetryPolicy(**bad)
+    assert str(refused.value) == message
 
 
 def test_a_retry_after_is_capped_at_fifteen_minutes_by_default() -> None:
