@@ -84,6 +84,15 @@ async def test_no_question_asks_about_more_jobs_than_an_engine_can_bind() -> Non
     assert all(len(q) <= MAX_IDS_PER_QUESTION for q in oracle.questions)
 
 
+async def test_a_large_purge_is_asked_about_in_full_groups() -> None:
+    # Twice the limit, all gone: two questions of a full group each, not three.
+    oracle = Oracle(alive=())
+
+    await gone_jobs(_ids(2 * MAX_IDS_PER_QUESTION), oracle)
+
+    assert sorted(len(q) for q in oracle.questions) == [MAX_IDS_PER_QUESTION] * 2
+
+
 async def test_groups_where_a_job_lives_are_split_until_it_is_found() -> None:
     ids = _ids(64)
     oracle = Oracle(alive={ids[17]})
