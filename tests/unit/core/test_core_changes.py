@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ferryman.core import changes
+from ferryman.core import job as rules
 from ferryman.core.changes import AttemptEnding, Change
 from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
 from ferryman.core.job import (
@@ -639,6 +640,31 @@ def test_fail_unowned_leaves_a_finished_job_alone(jobs: Jobs, status: JobStatus)
         changes.fail_unowned(
             jobs.waiting(status=status), now=NOW, error=DELIVERY, kind=EventKind.FAILED, detail={}
         )
+
+
+@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.CANCELLED])
+def test_a_refusal_of_a_finished_job_names_its_status(jobs: Jobs, status: JobStatus) -> None:
+    job = jobs.waiting(status=status)
+    expected = f"job is already {status}"
+    for refuse in (
+        lambda: changes.request_cancel(job, now=NOW),
+        lambda: changes.fail_unowned(
+            job, now=NOW, error=DELIVERY, kind=EventKind.FAILED, detail={}
+        ),
+        lambda: rules.cancelled(job, now=NOW),
+    ):
+        with pytest.raises(IllegalTransitionError) as refused:
+            refuse()
+        assert str(refused.value) == expected
+    with pytest.raises(IllegalTransitionError) as refused:
+        rules.replay(jobs.waiting(), now=NOW)
+    assert str(refused.value) == "only FAILED jobs are replayed, not QUEUED"
+
+
+def test_a_replay_takes_only_dead_letters_unless_told_otherwise(jobs: Jobs) -> None:
+    with pytest.raises(IllegalTransitionError):
+        rules.replay(jobs.failed(TRANSIENT), now=NOW)
+    assert rules.replay(jobs.failed(DELIVERY), now=NOW).status is JobStatus.QUEUED
 
 
 @pytest.mark.parametrize("dispatched", [True, False])

@@ -58,9 +58,13 @@ def test_shares_never_differ_by_more_than_one_among_tenants_with_work_left(count
 
 
 def test_among_tenants_holding_the_same_the_longest_waiting_next_item_goes_first():
-    # After one slot each, a's next item (10) has waited less than b's (3): b goes first.
-    waiting = {"a": [("a1", 1.0), ("a2", 10.0)], "b": [("b1", 2.0), ("b2", 3.0)]}
-    assert [name for name, _ in _pick(waiting)] == ["a1", "b1", "b2", "a2"]
+    # After one slot each, a's next item (10) has waited less than b's (3): b goes first;
+    # then each holds two, and b's next (4) beats a's (11).
+    waiting = {
+        "a": [("a1", 1.0), ("a2", 10.0), ("a3", 11.0)],
+        "b": [("b1", 2.0), ("b2", 3.0), ("b3", 4.0)],
+    }
+    assert [name for name, _ in _pick(waiting)] == ["a1", "b1", "b2", "a2", "b3", "a3"]
 
 
 def test_each_slot_taken_counts_as_one_more_held():
