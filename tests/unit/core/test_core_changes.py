@@ -375,8 +375,9 @@ def test_a_job_that_is_not_claimable_is_refused(jobs: Jobs) -> None:
         jobs.waiting(status=JobStatus.SUCCEEDED),
         jobs.waiting(not_before=NOW + 1),  # not due yet
     ):
-        with pytest.raises(IllegalTransitionError):
+        with pytest.raises(IllegalTransitionError) as refused:
             _claim(job)
+        assert str(refused.value) == f"job in {job.status} cannot be claimed now"
 
 
 # --- the owner's heartbeat and endings -------------------------------------------------
@@ -659,6 +660,11 @@ def test_a_refusal_of_a_finished_job_names_its_status(jobs: Jobs, status: JobSta
     with pytest.raises(IllegalTransitionError) as refused:
         rules.replay(jobs.waiting(), now=NOW)
     assert str(refused.value) == "only FAILED jobs are replayed, not QUEUED"
+
+
+def test_a_failure_spends_the_model_budget_unless_told_otherwise(jobs: Jobs) -> None:
+    failed = rules.fail(jobs.owned(failure_count=1), attempt_id=OWNER, now=NOW, error=INVALID)
+    assert (failed.failure_count, failed.invalid_output_count) == (2, 1)
 
 
 def test_a_replay_takes_only_dead_letters_unless_told_otherwise(jobs: Jobs) -> None:

@@ -82,6 +82,11 @@ def test_fake_clock_moves_only_forward_when_told() -> None:
     assert clock.now() == 50.0
 
 
+def test_a_fake_clock_starts_at_a_known_instant() -> None:
+    # 2023-11-14T22:13:20Z: tests that print times read the same on every run.
+    assert FakeClock().now() == 1_700_000_000.0
+
+
 def test_a_fake_clock_may_be_advanced_by_nothing() -> None:
     clock = FakeClock(100.0)
     clock.advance(0)
