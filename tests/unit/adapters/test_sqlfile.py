@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
-from ferryman.adapters.sqlfile import Queries, parse_blocks
+from ferryman.adapters.sqlfile import Queries, parse_blocks, read_sql
 from ferryman.adapters.sqlite import sql
 from ferryman.adapters.sqlite.migrations import migrate
 
@@ -42,3 +43,23 @@ def test_every_block_compiles_against_the_schema(queries: Queries) -> None:
             conn.execute("EXPLAIN " + text, _AnyParams())
         except sqlite3.Error as exc:
             pytest.fail(f"block {name}: {exc}")
+
+
+def test_each_block_runs_to_the_next_header() -> None:
+    text = "-- name: a\nSELECT 1;\n-- name: b\nSELECT 2;\n-- name: c\nSELECT 3;\n"
+    assert parse_blocks(text) == {"a": "SELECT 1;", "b": "SELECT 2;", "c": "SELECT 3;"}
+
+
+def test_a_shipped_file_loads_as_its_named_blocks() -> None:
+    text = read_sql(sql.SQL_PACKAGE, "misc.sql")
+    assert text == (Path(sql.__file__).parent / "misc.sql").read_text(encoding="utf-8")
+    loaded = Queries.load(sql.SQL_PACKAGE, "misc.sql")
+    assert dict(loaded) == parse_blocks(text)
+    assert len(loaded) > 0
+    with pytest.raises(KeyError, match=r"ferryman\.adapters\.sqlite/misc\.sql"):
+        loaded["no_such_block"]
+
+
+def test_blocks_given_without_a_file_say_so_when_one_is_missing() -> None:
+    with pytest.raises(KeyError, match="<sql>"):
+        Queries({})["missing"]

@@ -83,6 +83,12 @@ def test_paused_carries_retry_after() -> None:
     assert errors.PausedError(retry_after_seconds=5).retry_after_seconds == 5
 
 
+def test_an_explicit_message_wins_for_errors_with_their_own_arguments() -> None:
+    assert errors.PausedError("closed for the upgrade").message == "closed for the upgrade"
+    assert errors.InvalidRequestError("bad input").message == "bad input"
+    assert errors.ThrottledError("slow down").message == "slow down"
+
+
 @pytest.mark.parametrize(
     ("cls", "parent"),
     [
@@ -116,3 +122,20 @@ def test_codes_are_distinct_where_callers_tell_them_apart() -> None:
     assert errors.IdempotencyKeyMismatchError.code == "idempotency_key_mismatch"
     assert errors.AlreadyTerminalError.code == "already_terminal"
     assert errors.InvalidRequestError.code == "invalid_request"
+
+
+def test_a_bare_provider_error_is_transient() -> None:
+    # An adapter that cannot say more about a failed call gets it retried, not failed.
+    assert ProviderError.failure_class is FailureClass.TRANSIENT
+    error = ProviderError()
+    assert error.failure_class is FailureClass.TRANSIENT
+    assert (error.code, error.retry_after_seconds, error.provider_request_id) == (
+        "provider_error",
+        None,
+        None,
+    )
+    assert error.scripted is False
+
+
+def test_a_scripted_failure_says_so() -> None:
+    assert errors.ThrottledError(scripted=True).scripted is True

@@ -55,3 +55,24 @@ def test_shares_never_differ_by_more_than_one_among_tenants_with_work_left(count
     unfinished = [taken[t] for t in counts if taken[t] < counts[t]]
     if unfinished:
         assert max(taken.values()) <= min(unfinished) + 1
+
+
+def test_among_tenants_holding_the_same_the_longest_waiting_next_item_goes_first():
+    # After one slot each, a's next item (10) has waited less than b's (3): b goes first;
+    # then each holds two, and b's next (4) beats a's (11).
+    waiting = {
+        "a": [("a1", 1.0), ("a2", 10.0), ("a3", 11.0)],
+        "b": [("b1", 2.0), ("b2", 3.0), ("b3", 4.0)],
+    }
+    assert [name for name, _ in _pick(waiting)] == ["a1", "b1", "b2", "a2", "b3", "a3"]
+
+
+def test_each_slot_taken_counts_as_one_more_held():
+    # a already holds one, so b gets the first slot; from then on the tenant holding
+    # fewer goes next, ties to the older next item (b2 before a1, b3 before a2).
+    waiting = {
+        "a": [("a1", 5.0), ("a2", 6.0), ("a3", 7.0)],
+        "b": [("b1", 1.0), ("b2", 2.0), ("b3", 3.0)],
+    }
+    picked = _pick(waiting, held={"a": 1})
+    assert [name for name, _ in picked] == ["b1", "b2", "a1", "b3", "a2", "a3"]

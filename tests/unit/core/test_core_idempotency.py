@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -137,3 +138,52 @@ def test_entries_are_live_until_they_expire() -> None:
     assert entry.live(99.999)
     assert not entry.live(100.0)
     assert not entry.live(101.0)
+
+
+# Known answers. Every stored job and Idempotency-Key entry carries a fingerprint made
+# this way: if one of these changes, keys stored before an upgrade stop matching their
+# own requests after it (a replayed POST would get a 422 instead of its job).
+GOLDEN = [
+    (
+        {"task": "generate", "input": {"prompt": "hi"}, "model": "sim"},
+        '{"input":{"prompt":"hi"},"model":"sim","options":{},"task":"generate"}',
+        "b0687278a4b14982102d155a3aed9b36ee5ac1729bb7a79dfe16e9cece7df9ae",
+    ),
+    (
+        {
+            "task": "classify_ticket",
+            "input": {"ticket": "I was charged twice", "lang": "en"},
+            "model": "sim",
+            "options": {"metadata": {"order": 42}},
+        },
+        '{"input":{"lang":"en","ticket":"I was charged twice"},"model":"sim",'
+        '"options":{"metadata":{"order":42}},"task":"classify_ticket"}',
+        "6015edf76fbf42e042c54d7dfb994f255783c39536c15b680cf73753e1e36dff",
+    ),
+    (
+        {
+            "task": "generate",
+            "input": {
+                "prompt": "héllo ✓",
+                "max_tokens": 5,
+                "temperature": 0.5,
+                "stop": None,
+                "stream": False,
+            },
+            "model": "gpt",
+        },
+        '{"input":{"max_tokens":5,"prompt":"héllo ✓","stop":null,"stream":false,'
+        '"temperature":0.5},"model":"gpt","options":{},"task":"generate"}',
+        "90c9638bdfdff25a0d0dbe19296c60214bfeeb1afa1b7b1a60f8528dfe8f0314",
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_", "canonical", "fingerprint"), GOLDEN)
+def test_fingerprints_of_known_requests_never_change(
+    request_: dict[str, Any], canonical: str, fingerprint: str
+) -> None:
+    fields = {"options": {}, **request_}
+    assert canonical_json(fields) == canonical
+    assert hashlib.sha256(canonical.encode("utf-8")).hexdigest() == fingerprint
+    assert request_fingerprint(**request_) == fingerprint

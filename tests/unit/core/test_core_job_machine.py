@@ -2,14 +2,17 @@
 
 Each rule computes from the model whether the call is legal, then checks that
 core.job either performs it exactly or raises the right error without changing
-anything. Time moves only through a FakeClock.
+anything. "Exactly" means every field: each rule lists the fields its transition
+sets, with their values, and asserts that no other field moved (``expect``). Time
+moves only through a FakeClock.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import settings
@@ -20,7 +23,7 @@ from ferryman.core import job as jobs
 from ferryman.core.clock import FakeClock
 from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
 from ferryman.core.ids import new_attempt_id
-from ferryman.core.job import Job, JobError, JobStatus
+from ferryman.core.job import DispatchState, Job, JobError, JobStatus
 
 START = 1_700_000_000.0
 WORKERS = ("w1", "w2", "w3")
@@ -50,6 +53,8 @@ class JobLifecycle(RuleBasedStateMachine):
             created_at=START,
             updated_at=START,
             correlation_id="cor_machine",
+            # As intake leaves it where the message is written with the job.
+            dispatch_state=DispatchState.DISPATCHED,
         )
         self.issued: list[str] = [NEVER_ISSUED]
         # The model: what the rules say the job should be.
@@ -65,6 +70,9 @@ class JobLifecycle(RuleBasedStateMachine):
         self.last_fence = 0
         self.failed_class: FailureClass | None = None
         self.takeovers_in_series = 0
+        # The two retry budgets: model failures of this series, and how many broke the schema.
+        self.failures_in_series = 0
+        self.invalid_outputs_in_series = 0
 
     # --- the model's view -----------------------------------------------------
 
@@ -101,6 +109,11 @@ class JobLifecycle(RuleBasedStateMachine):
             call()
         assert self.job == snapshot
 
+    @staticmethod
+    def expect(before: Job, after: Job, **changed: Any) -> None:
+        """``after`` is ``before`` with exactly the ``changed`` fields set, nothing else."""
+        assert after == dataclasses.replace(before, **changed)
+
     def applied(self, call: Callable[[], Job], *, replaying: bool = False) -> Job:
         before = copy.deepcopy(self.job)
         after = call()
@@ -136,11 +149,21 @@ class JobLifecycle(RuleBasedStateMachine):
         self.takeovers_in_series += taken_over is not None
         before = self.job
         after = self.applied(call)
-        assert after.fence == before.fence + 1
-        assert after.status is JobStatus.PROCESSING
-        assert (after.attempt_id, after.worker_id) == (attempt_id, worker)
-        assert after.lease_until == lease_until
-        assert after.not_before is None
+        # A claim starts a new attempt; the last retry's error stays visible meanwhile.
+        self.expect(
+            before,
+            after,
+            status=JobStatus.PROCESSING,
+            fence=before.fence + 1,
+            attempt_count=before.attempt_count + 1,
+            deliveries_without_outcome=before.deliveries_without_outcome
+            + (1 if taken_over is not None else 0),
+            attempt_id=attempt_id,
+            worker_id=worker,
+            lease_until=lease_until,
+            not_before=None,
+            updated_at=self.now,
+        )
         self.status, self.owner, self.lease_until = JobStatus.PROCESSING, attempt_id, lease_until
         self.not_before = None
         self.claims += 1
@@ -160,9 +183,11 @@ class JobLifecycle(RuleBasedStateMachine):
             self.refused(StaleFenceError, call)
             return
         assert self.lease_until is not None
+        before = self.job
         after = self.applied(call)
-        # A renewal never shortens a lease.
-        assert after.lease_until == max(wanted, self.lease_until)
+        # A renewal never shortens a lease, and is no change of the job's state: the
+        # stalled scan's clock (updated_at) does not move.
+        self.expect(before, after, lease_until=max(wanted, self.lease_until))
         self.lease_until = after.lease_until
 
     @rule(choice=attempts)
@@ -176,10 +201,19 @@ class JobLifecycle(RuleBasedStateMachine):
         if not self.owns(attempt_id):
             self.refused(StaleFenceError, call)
             return
+        before = self.job
         after = self.applied(call)
-        assert after.status is JobStatus.SUCCEEDED
-        assert after.result_ref == ref
-        assert after.completed_at == self.now
+        # A SUCCEEDED job shows no error, even after retries that each left one.
+        self.expect(
+            before,
+            after,
+            status=JobStatus.SUCCEEDED,
+            result_ref=ref,
+            error=None,
+            lease_until=None,
+            updated_at=self.now,
+            completed_at=self.now,
+        )
         self.status, self.lease_until = JobStatus.SUCCEEDED, None
         self.published_in_series += 1
         self.published_ever += 1
@@ -200,28 +234,53 @@ class JobLifecycle(RuleBasedStateMachine):
             return
         before = self.job
         after = self.applied(call)
-        assert after.status is JobStatus.RETRY_SCHEDULED
-        assert after.not_before == not_before
-        assert after.error == error
-        assert after.failure_count == before.failure_count + 1
         invalid = 1 if failure is FailureClass.INVALID_OUTPUT else 0
-        assert after.invalid_output_count == before.invalid_output_count + invalid
+        self.expect(
+            before,
+            after,
+            status=JobStatus.RETRY_SCHEDULED,
+            not_before=not_before,
+            lease_until=None,
+            error=error,
+            failure_count=before.failure_count + 1,
+            invalid_output_count=before.invalid_output_count + invalid,
+            updated_at=self.now,
+        )
         self.status, self.lease_until, self.not_before = JobStatus.RETRY_SCHEDULED, None, not_before
+        self.failures_in_series += 1
+        self.invalid_outputs_in_series += invalid
 
-    @rule(choice=attempts, failure=failure_classes)
-    def fail(self, choice: str | int, failure: FailureClass) -> None:
+    @rule(choice=attempts, failure=failure_classes, counts=st.booleans())
+    def fail(self, choice: str | int, failure: FailureClass, counts: bool) -> None:
+        """``counts``: a model failure spends the budgets; any other failure does not."""
         attempt_id = self.pick(choice)
         error = JobError(code="x", failure_class=failure, message="m")
 
         def call() -> Job:
-            return jobs.fail(self.job, attempt_id=attempt_id, now=self.now, error=error)
+            return jobs.fail(
+                self.job, attempt_id=attempt_id, now=self.now, error=error, counts=counts
+            )
 
         if not self.owns(attempt_id):
             self.refused(StaleFenceError, call)
             return
+        before = self.job
         after = self.applied(call)
-        assert after.status is JobStatus.FAILED
-        assert after.error == error
+        spent = 1 if counts else 0
+        invalid = 1 if counts and failure is FailureClass.INVALID_OUTPUT else 0
+        self.expect(
+            before,
+            after,
+            status=JobStatus.FAILED,
+            error=error,
+            lease_until=None,
+            failure_count=before.failure_count + spent,
+            invalid_output_count=before.invalid_output_count + invalid,
+            updated_at=self.now,
+            completed_at=self.now,
+        )
+        self.failures_in_series += spent
+        self.invalid_outputs_in_series += invalid
         self.status, self.lease_until = JobStatus.FAILED, None
         self.failed_class = failure
 
@@ -236,8 +295,17 @@ class JobLifecycle(RuleBasedStateMachine):
         if not self.owns(attempt_id):
             self.refused(StaleFenceError, call)
             return
+        before = self.job
         after = self.applied(call)
-        assert (after.status, after.attempt_id, after.worker_id) == (JobStatus.QUEUED, None, None)
+        self.expect(
+            before,
+            after,
+            status=JobStatus.QUEUED,
+            attempt_id=None,
+            worker_id=None,
+            lease_until=None,
+            updated_at=self.now,
+        )
         self.status, self.owner, self.lease_until = JobStatus.QUEUED, None, None
 
     @rule()
@@ -248,14 +316,24 @@ class JobLifecycle(RuleBasedStateMachine):
         if self.status in TERMINAL:
             self.refused(IllegalTransitionError, call)
             return
+        before = self.job
         after = self.applied(call)
-        assert after.cancel_requested
-        if self.status is JobStatus.PROCESSING:
+        if self.status is JobStatus.PROCESSING and self.cancel_requested:
+            # Asking again changes nothing: the very same job comes back.
+            assert after is before
+        elif self.status is JobStatus.PROCESSING:
             # The owner is asked to stop; the job stays its until it does.
-            assert after.status is JobStatus.PROCESSING
-            assert after.attempt_id == self.owner
+            self.expect(before, after, cancel_requested=True, updated_at=self.now)
         else:
-            assert after.status is JobStatus.CANCELLED
+            self.expect(
+                before,
+                after,
+                status=JobStatus.CANCELLED,
+                cancel_requested=True,
+                lease_until=None,
+                updated_at=self.now,
+                completed_at=self.now,
+            )
             self.status, self.lease_until = JobStatus.CANCELLED, None
         self.cancel_requested = True
 
@@ -272,8 +350,17 @@ class JobLifecycle(RuleBasedStateMachine):
             return
         if not self.owns(attempt_id):
             return
+        before = self.job
         after = self.applied(call)
-        assert after.status is JobStatus.CANCELLED
+        self.expect(
+            before,
+            after,
+            status=JobStatus.CANCELLED,
+            cancel_requested=True,
+            lease_until=None,
+            updated_at=self.now,
+            completed_at=self.now,
+        )
         self.status, self.lease_until = JobStatus.CANCELLED, None
 
     @rule()
@@ -291,9 +378,18 @@ class JobLifecycle(RuleBasedStateMachine):
         if self.status in TERMINAL or live_owner:
             self.refused(IllegalTransitionError, call)
             return
+        before = self.job
         after = self.applied(call)
-        assert after.status is JobStatus.FAILED
-        assert after.error == error
+        # Not a model failure: neither budget is spent.
+        self.expect(
+            before,
+            after,
+            status=JobStatus.FAILED,
+            error=error,
+            lease_until=None,
+            updated_at=self.now,
+            completed_at=self.now,
+        )
         self.status, self.lease_until = JobStatus.FAILED, None
         self.failed_class = FailureClass.DELIVERY
 
@@ -310,11 +406,27 @@ class JobLifecycle(RuleBasedStateMachine):
             return
         before = self.job
         after = self.applied(call, replaying=True)
-        assert after.status is JobStatus.QUEUED
-        assert after.fence == before.fence, "a replay must never reuse a fence"
-        assert (after.attempt_count, after.failure_count, after.invalid_output_count) == (0, 0, 0)
-        assert after.attempt_id is None
-        assert not after.cancel_requested
+        # A new series: its counters and ownership start afresh, its message is not yet
+        # known to exist; the fence is kept, so a replay never reuses an attempt number.
+        self.expect(
+            before,
+            after,
+            status=JobStatus.QUEUED,
+            dispatch_state=DispatchState.PENDING,
+            attempt_count=0,
+            failure_count=0,
+            invalid_output_count=0,
+            deliveries_without_outcome=0,
+            attempt_id=None,
+            worker_id=None,
+            lease_until=None,
+            not_before=None,
+            cancel_requested=False,
+            error=None,
+            result_ref=None,
+            updated_at=self.now,
+            completed_at=None,
+        )
         self.status, self.owner, self.lease_until, self.not_before = (
             JobStatus.QUEUED,
             None,
@@ -325,6 +437,8 @@ class JobLifecycle(RuleBasedStateMachine):
         self.attempts_in_series = 0
         self.published_in_series = 0
         self.takeovers_in_series = 0
+        self.failures_in_series = 0
+        self.invalid_outputs_in_series = 0
         self.failed_class = None
 
     @rule(seconds=st.floats(min_value=0, max_value=200, allow_nan=False))
@@ -369,6 +483,11 @@ class JobLifecycle(RuleBasedStateMachine):
         """Every claim that took over an attempt which never reported is counted, in this
         series; a graceful release is not (its attempt did report)."""
         assert self.job.deliveries_without_outcome == self.takeovers_in_series
+
+    @invariant()
+    def budgets_count_model_failures_of_the_series(self) -> None:
+        assert self.job.failure_count == self.failures_in_series
+        assert self.job.invalid_output_count == self.invalid_outputs_in_series
 
     @invariant()
     def no_lease_outside_processing(self) -> None:

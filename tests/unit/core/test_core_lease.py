@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ferryman.core.clock import FakeClock
+from ferryman.core.clock import FakeClock, SystemClock
 from ferryman.core.lease import LeasePolicy
 
 durations = st.floats(min_value=0.001, max_value=86_400, allow_nan=False)
@@ -53,16 +55,19 @@ def test_takeover_delay_is_positive_and_past_the_lease(remaining: float, now: fl
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"lease_seconds": 0},
-        {"lease_seconds": -1},
-        {"visibility_timeout_seconds": 0},
+        ({"lease_seconds": 0}, "lease_seconds must be positive"),
+        ({"lease_seconds": -1}, "lease_seconds must be positive"),
+        ({"visibility_timeout_seconds": 0}, "visibility_timeout_seconds must be positive"),
     ],
 )
-def test_lease_policy_rejects_non_positive_durations(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="positive"):
+def test_lease_policy_rejects_non_positive_durations(
+    kwargs: dict[str, float], message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
         LeasePolicy(**kwargs)
+    assert str(refused.value) == message
 
 
 def test_fake_clock_moves_only_forward_when_told() -> None:
@@ -70,7 +75,25 @@ def test_fake_clock_moves_only_forward_when_told() -> None:
     assert clock.now() == 100.0
     clock.advance(2.5)
     assert clock.now() == 102.5
-    with pytest.raises(ValueError, match="backwards"):
+    with pytest.raises(ValueError) as refused:
         clock.advance(-1)
+    assert str(refused.value) == "a clock does not run backwards"
     clock.set(50.0)
     assert clock.now() == 50.0
+
+
+def test_a_fake_clock_starts_at_a_known_instant() -> None:
+    # 2023-11-14T22:13:20Z: tests that print times read the same on every run.
+    assert FakeClock().now() == 1_700_000_000.0
+
+
+def test_a_fake_clock_may_be_advanced_by_nothing() -> None:
+    clock = FakeClock(100.0)
+    clock.advance(0)
+    assert clock.now() == 100.0
+
+
+def test_the_system_clock_tells_epoch_seconds() -> None:
+    before = time.time()
+    now = SystemClock().now()
+    assert before <= now <= time.time()

@@ -38,10 +38,20 @@ def test_a_clock_stepping_back_mints_no_tokens() -> None:
     assert bucket.take(T0 + 11.0) == 0.0
 
 
-@pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
-def test_nonsense_settings_are_refused(rate: float, burst: int) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("rate", "burst", "message"),
+    [
+        (0.0, 1, "rate_per_second must be positive"),
+        (-1.0, 1, "rate_per_second must be positive"),
+        (1.0, 0, "burst must be at least 1"),
+    ],
+)
+def test_nonsense_settings_are_refused_naming_the_setting(
+    rate: float, burst: int, message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
         TokenBucket(rate_per_second=rate, burst=burst)
+    assert str(refused.value) == message
 
 
 def test_each_key_has_its_own_bucket() -> None:
@@ -50,3 +60,61 @@ def test_each_key_has_its_own_bucket() -> None:
     assert limiter.take("acme", T0) == 0.0
     assert limiter.take("acme", T0) > 0.0
     assert limiter.take("globex", T0) == 0.0
+
+
+@pytest.mark.parametrize("rate", [0.5, 4.0, 8.0])
+def test_tokens_come_back_at_the_bucket_rate(rate: float) -> None:
+    bucket = TokenBucket(rate_per_second=rate, burst=1)
+    bucket.take(T0)
+
+    # The wait for the next token is one token's worth of time at this rate...
+    assert bucket.take(T0) == pytest.approx(1.0 / rate)
+    # ...half of it later, half a token has come back...
+    assert bucket.take(T0 + 0.5 / rate) == pytest.approx(0.5 / rate)
+    # ...and once it has passed, the token is there.
+    assert bucket.take(T0 + 1.0 / rate) == 0.0
+
+
+def test_remaining_counts_whole_requests_left() -> None:
+    bucket = TokenBucket(rate_per_second=4.0, burst=3)
+    assert bucket.remaining == 3
+    bucket.take(T0)
+    bucket.take(T0)
+    assert bucket.remaining == 1
+    bucket.take(T0)
+    assert bucket.remaining == 0
+    # 0.375 s at 4/s is 1.5 tokens: one whole request.
+    bucket.take(T0 + 0.375)
+    assert bucket.remaining == 0
+    bucket.take(T0 + 0.375 + 0.5)
+    assert bucket.remaining == 1
+
+
+def test_seconds_until_full_is_the_missing_tokens_at_the_rate() -> None:
+    bucket = TokenBucket(rate_per_second=2.0, burst=4)
+    assert bucket.seconds_until_full == 0.0
+    bucket.take(T0)
+    bucket.take(T0)
+    bucket.take(T0)
+    assert bucket.seconds_until_full == pytest.approx(1.5)
+    bucket.take(T0 + 0.5)  # one token back, one spent
+    assert bucket.seconds_until_full == pytest.approx(1.5)
+
+
+def test_a_keyed_limiter_refills_each_key_at_its_rate() -> None:
+    limiter = KeyedRateLimiter(rate_per_second=4.0, burst=2)
+    assert [limiter.take("acme", T0) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.25)]
+
+    assert limiter.take("acme", T0 + 0.25) == 0.0
+    assert limiter.take("acme", T0 + 0.25) == pytest.approx(0.25)
+    # A long pause refills the key's bucket up to its burst.
+    assert [limiter.take("acme", T0 + 60) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.25)]
+
+
+def test_a_key_keeps_its_one_bucket_with_the_limiter_settings() -> None:
+    limiter = KeyedRateLimiter(rate_per_second=3.0, burst=5)
+    bucket = limiter.bucket("acme")
+    assert limiter.bucket("acme") is bucket
+    assert (bucket.rate_per_second, bucket.burst) == (3.0, 5)
+    limiter.take("acme", T0)
+    assert bucket.remaining == 4

@@ -39,7 +39,7 @@ def test_non_retryable_classes_never_retry(
         invalid_outputs=0,
         retry_after_seconds=retry_after,
     )
-    assert not decision.retry
+    assert decision.retry is False
     assert decision.reason == "not_retryable"
 
 
@@ -182,15 +182,70 @@ def test_retry_after_is_ignored_for_other_classes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bad", "match"),
+    ("bad", "message"),
     [
-        ({"max_attempts": 0}, "max_attempts"),
-        ({"max_invalid_output_attempts": 0}, "max_invalid_output_attempts"),
-        ({"initial_interval_seconds": -1}, "negative"),
-        ({"maximum_interval_seconds": -0.5}, "negative"),
-        ({"backoff_coefficient": 0.5}, "backoff_coefficient"),
+        ({"max_attempts": 0}, "max_attempts must be at least 1"),
+        ({"max_invalid_output_attempts": 0}, "max_invalid_output_attempts must be at least 1"),
+        ({"initial_interval_seconds": -1}, "backoff intervals cannot be negative"),
+        ({"maximum_interval_seconds": -0.5}, "backoff intervals cannot be negative"),
+        ({"backoff_coefficient": 0.5}, "backoff_coefficient must be at least 1"),
     ],
 )
-def test_retry_policy_rejects_bad_values(bad: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_retry_policy_rejects_bad_values_naming_the_setting(
+    bad: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
         RetryPolicy(**bad)
+    assert str(refused.value) == message
+
+
+def test_a_retry_after_is_capped_at_fifteen_minutes_by_default() -> None:
+    policy = RetryPolicy()
+    assert policy.maximum_retry_after_seconds == 900.0
+    decision = decide(
+        policy,
+        failure_class=FailureClass.THROTTLED,
+        failures=1,
+        invalid_outputs=0,
+        retry_after_seconds=86_400,
+    )
+    # The backoff ceiling (300 s by default) is below the cap: the cap is the wait.
+    assert (decision.retry, decision.delay_seconds) == (True, 900.0)
+
+
+def test_a_retry_after_below_the_cap_is_honoured_in_full() -> None:
+    decision = decide(
+        RetryPolicy(maximum_interval_seconds=1),
+        failure_class=FailureClass.THROTTLED,
+        failures=1,
+        invalid_outputs=0,
+        retry_after_seconds=42.0,
+    )
+    assert decision.delay_seconds == 42.0
+
+
+def test_the_given_random_source_draws_the_jitter() -> None:
+    # Replayable: the same seed gives the same wait, uniform in [0, ceiling].
+    policy = RetryPolicy(initial_interval_seconds=10, max_attempts=10)
+    decision = decide(
+        policy,
+        failure_class=FailureClass.TRANSIENT,
+        failures=3,
+        invalid_outputs=0,
+        rng=random.Random(11),
+    )
+    assert decision.delay_seconds == random.Random(11).uniform(0.0, 40.0)
+    assert decision.reason == "retry"
+
+
+def test_a_ceiling_too_large_for_a_float_is_the_maximum() -> None:
+    policy = RetryPolicy(
+        initial_interval_seconds=1.0, backoff_coefficient=2.0, maximum_interval_seconds=30.0
+    )
+    assert policy.backoff_ceiling_seconds(5_000) == 30.0
+
+
+def test_the_first_failure_waits_at_most_the_initial_interval() -> None:
+    policy = RetryPolicy(initial_interval_seconds=3, backoff_coefficient=5)
+    assert policy.backoff_ceiling_seconds(1) == 3
+    assert policy.backoff_ceiling_seconds(2) == 15

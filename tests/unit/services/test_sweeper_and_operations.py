@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ferryman.core.errors import FailureClass
 from ferryman.core.ids import new_attempt_id
-from ferryman.core.job import AttemptOutcome, DispatchState, EventKind, JobStatus
+from ferryman.core.job import AttemptOutcome, AttemptReport, DispatchState, EventKind, JobStatus
+from ferryman.services.sweeper import Sweeper
 
 
 async def test_dead_lettered_message_fails_its_job_and_can_be_replayed(make_world) -> None:
@@ -119,3 +122,117 @@ async def test_outbox_gap_is_closed_by_the_sweeper(make_world) -> None:
     assert (await world.sweeper(stalled_after_seconds=120).sweep_once()).redispatched == 1
     assert await world.worker().run_until_idle() == 1
     assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+
+
+async def _dead_letter_every_message(world) -> None:
+    """Receive every message until the queue moves it to its dead-letter queue."""
+    for _ in range(world.max_receives + 1):
+        await world.queue.receive(max_messages=10, visibility_timeout_seconds=1)
+        world.clock.advance(2)
+    assert await world.queue.receive(max_messages=10, visibility_timeout_seconds=1) == []
+
+
+async def test_every_dead_letter_is_removed_and_only_jobs_it_fails_are_counted(make_world):
+    world = make_world(max_receives=2)
+    poison = await world.submit("a")
+    finished = await world.submit("b")
+    busy = await world.submit("c")
+    await _dead_letter_every_message(world)
+    now = world.clock.now()
+    for job in (finished, busy):
+        claimed = await world.store.claim(
+            job.job_id,
+            attempt_id=new_attempt_id(),
+            worker_id="w",
+            now=now,
+            lease_until=now + 60,
+            max_deliveries_without_outcome=world.max_receives,
+        )
+    assert await world.store.succeed(
+        finished.job_id,
+        attempt_id=(await world.job(finished.job_id)).attempt_id,
+        now=now,
+        result_ref="ref",
+        report=AttemptReport(outcome=AttemptOutcome.SUCCEEDED),
+    )
+
+    report = await world.sweeper().sweep_once()
+
+    # The poison message's job fails; a finished job and one a live attempt owns are
+    # left alone (if that owner dies, the stalled scan sends a new message).
+    assert report.dead_lettered == 1
+    failed = await world.job(poison.job_id)
+    assert failed.status is JobStatus.FAILED
+    assert failed.error is not None and "received 2 times" in failed.error.message
+    last = (await world.store.events(poison.job_id))[-1]
+    assert (last.kind, last.detail) == (EventKind.DEAD_LETTERED, {"receive_count": 2})
+    assert (await world.job(finished.job_id)).status is JobStatus.SUCCEEDED
+    assert await world.job(busy.job_id) == claimed.job
+    assert await world.queue.receive_dead_letters(max_messages=10) == []
+
+
+async def test_several_dead_letters_fail_as_many_jobs(make_world):
+    world = make_world(max_receives=1)
+    jobs = [await world.submit(f"p{n}") for n in range(3)]
+    await _dead_letter_every_message(world)
+
+    assert (await world.sweeper().sweep_once()).dead_lettered == 3
+    assert {(await world.job(j.job_id)).status for j in jobs} == {JobStatus.FAILED}
+
+
+async def _orphaned(world, *, lease_seconds: float):
+    """A job whose owner died holding a lease of ``lease_seconds`` and whose message is gone."""
+    job = await world.submit("x")
+    [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)
+    await world.queue.delete(delivery.receipt)
+    now = world.clock.now()
+    await world.store.claim(
+        job.job_id,
+        attempt_id=new_attempt_id(),
+        worker_id="dead",
+        now=now,
+        lease_until=now + lease_seconds,
+        max_deliveries_without_outcome=world.max_receives,
+    )
+    return job
+
+
+async def test_a_redispatch_restarts_the_stall_clock(make_world):
+    world = make_world()
+    job = await _orphaned(world, lease_seconds=0.5)
+    sweeper = world.sweeper(stalled_after_seconds=120)
+    world.clock.advance(121)
+
+    assert (await sweeper.sweep_once()).redispatched == 1
+
+    assert (await world.job(job.job_id)).updated_at == world.clock.now()
+    world.clock.advance(119)
+    assert (await sweeper.sweep_once()).redispatched == 0
+    world.clock.advance(2)
+    assert (await sweeper.sweep_once()).redispatched == 1
+
+
+async def test_a_job_stalls_after_two_minutes_by_default(make_world):
+    world = make_world()
+    await _orphaned(world, lease_seconds=0.5)
+    sweeper = Sweeper(store=world.store, queue=world.queue, clock=world.clock)
+
+    world.clock.advance(119)
+    assert (await sweeper.sweep_once()).redispatched == 0
+    world.clock.advance(2)
+    assert (await sweeper.sweep_once()).redispatched == 1
+
+
+async def test_the_sweeper_runs_rounds_until_told_to_stop(make_world, eventually):
+    world = make_world(max_receives=1)
+    job = await world.submit("x")
+    await _dead_letter_every_message(world)
+    stop = asyncio.Event()
+    task = asyncio.create_task(world.sweeper(interval_seconds=0.01).run(stop))
+
+    async def failed() -> bool:
+        return (await world.job(job.job_id)).status is JobStatus.FAILED
+
+    await eventually(failed, within_seconds=5)
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)

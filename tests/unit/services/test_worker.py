@@ -9,7 +9,7 @@ import pytest
 
 from ferryman.core.errors import FailureClass
 from ferryman.core.ids import new_attempt_id
-from ferryman.core.job import AttemptOutcome, EventKind, JobStatus
+from ferryman.core.job import AttemptOutcome, AttemptReport, EventKind, JobError, JobStatus
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.ports.control import Switch
@@ -209,9 +209,24 @@ async def test_unknown_payload_version_is_left_for_another_worker(make_world) ->
     delivery = await _receive_one(world)
     await world.queue.delete(delivery.receipt)
     await world.queue.send(QueueMessage(job_id=job.job_id, tenant_id="t1", payload_version=99))
-    assert await world.worker().handle(await _receive_one(world)) is Verdict.DEFERRED
-    assert (await world.job(job.job_id)).status is JobStatus.QUEUED
+    before = await world.job(job.job_id)
+    events = await world.store.events(job.job_id)
+    [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=5)
+    assert await world.worker().handle(delivery) is Verdict.DEFERRED
+    # Rollback safety: nothing is claimed, invoked or recorded; the job is as it was.
+    assert await world.job(job.job_id) == before
+    assert await world.store.events(job.job_id) == events
+    assert await world.store.attempts(job.job_id) == []
+    assert world.provider.invocations == 0
+    # The message is neither deleted nor failed: hidden for the worker's visibility
+    # timeout (60 s here, not the 5 s it was received with), it comes back for a
+    # worker that knows its layout.
     assert (await world.queue.stats()).in_flight == 1
+    world.clock.advance(59)
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=60) == []
+    world.clock.advance(2)
+    again = await _receive_one(world)
+    assert again.message.payload_version == 99
 
 
 async def test_exhausted_job_fails_at_claim_without_invoking(make_world) -> None:
@@ -410,3 +425,156 @@ async def test_a_store_that_stays_down_leaves_the_job_to_be_taken_over(
     assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
     outcomes = [a.outcome for a in await world.store.attempts(job.job_id)]
     assert outcomes == [AttemptOutcome.ABANDONED, AttemptOutcome.SUCCEEDED]
+
+
+# --- delivery decisions ---------------------------------------------------------------
+
+
+async def _retry_scheduled(world, *, failures: int, delay: float):
+    """A job whose attempt ``failures`` failed with a throttle; due in ``delay`` s."""
+    job = await world.submit("x")
+    now = world.clock.now()
+    claim = await world.store.claim(
+        job.job_id,
+        attempt_id=new_attempt_id(),
+        worker_id="other",
+        now=now,
+        lease_until=now + 60,
+        max_deliveries_without_outcome=world.max_receives,
+    )
+    for _ in range(failures):
+        retried = await world.store.schedule_retry(
+            job.job_id,
+            attempt_id=claim.job.attempt_id,
+            now=now,
+            not_before=now + delay,
+            error=JobError(code="throttled", failure_class=FailureClass.THROTTLED, message="m"),
+            report=AttemptReport(outcome=AttemptOutcome.RETRY),
+        )
+        assert retried is not None
+        if retried.failure_count < failures:
+            world.clock.set(now + delay)
+            now = world.clock.now()
+            claim = await world.store.claim(
+                job.job_id,
+                attempt_id=new_attempt_id(),
+                worker_id="other",
+                now=now,
+                lease_until=now + 60,
+                max_deliveries_without_outcome=world.max_receives,
+            )
+    return await world.job(job.job_id)
+
+
+async def test_a_delivery_before_the_retry_is_due_is_hidden_until_then(make_world) -> None:
+    world = make_world()
+    job = await _retry_scheduled(world, failures=1, delay=7)
+    [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=1)
+
+    assert await world.worker().handle(delivery) is Verdict.DEFERRED
+
+    assert world.provider.invocations == 0
+    assert await world.job(job.job_id) == job
+    world.clock.set(job.not_before - 0.01)
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=60) == []
+    world.clock.set(job.not_before)
+    # Due from not_before itself: the delivery then claims and runs.
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+
+
+async def test_a_job_whose_budget_is_already_spent_fails_at_claim_without_invoking(
+    make_world,
+) -> None:
+    # Two model failures spent under a larger budget; this worker allows two attempts.
+    world = make_world(retry=RetryPolicy(max_attempts=2))
+    job = await _retry_scheduled(world, failures=2, delay=5)
+    world.clock.set(job.not_before)
+
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.FAILED
+
+    assert world.provider.invocations == 0
+    failed = await world.job(job.job_id)
+    assert failed.status is JobStatus.FAILED
+    assert failed.error is not None
+    # Named for the budget, classed as the last failure was.
+    assert (failed.error.code, failed.error.failure_class) == (
+        "attempts_exhausted",
+        FailureClass.THROTTLED,
+    )
+    assert failed.error.message == "2 attempts failed"
+    assert (await world.queue.stats()).in_flight == 0  # acked
+
+
+async def test_a_budget_one_short_of_spent_still_runs(make_world) -> None:
+    world = make_world(retry=RetryPolicy(max_attempts=3))
+    job = await _retry_scheduled(world, failures=2, delay=5)
+    world.clock.set(job.not_before)
+
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    assert world.provider.invocations == 1
+
+
+async def test_a_message_for_a_job_that_does_not_exist_is_acked(make_world) -> None:
+    world = make_world()
+    await world.queue.send(QueueMessage(job_id="gen_01NOSUCHJOB", tenant_id="t1"))
+
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.DUPLICATE
+
+    assert world.provider.invocations == 0
+    assert (await world.queue.stats()).visible == 0
+    assert (await world.queue.stats()).in_flight == 0
+
+
+async def test_a_duplicate_delivery_is_recorded_with_what_it_found(make_world) -> None:
+    world = make_world()
+    job = await world.submit("x")
+    worker = world.worker()
+    await worker.handle(await _receive_one(world))
+    await world.queue.send(QueueMessage.for_job(job))
+
+    await worker.handle(await _receive_one(world))
+
+    last = (await world.store.events(job.job_id))[-1]
+    assert last.kind is EventKind.DUPLICATE_DELIVERY
+    assert last.detail == {"status": "SUCCEEDED", "receive_count": 1}
+
+
+async def test_a_delivery_for_a_live_owner_is_hidden_until_just_after_its_lease(
+    make_world,
+) -> None:
+    world = make_world()
+    job = await world.submit("x")
+    now = world.clock.now()
+    claim = await world.store.claim(
+        job.job_id,
+        attempt_id=new_attempt_id(),
+        worker_id="other",
+        now=now,
+        lease_until=now + 30,
+        max_deliveries_without_outcome=world.max_receives,
+    )
+    [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=1)
+
+    assert await world.worker().handle(delivery) is Verdict.DEFERRED
+
+    last = (await world.store.events(job.job_id))[-1]
+    assert (last.kind, last.detail) == (
+        EventKind.DUPLICATE_DELIVERY,
+        {"owner": claim.job.attempt_id},
+    )
+    world.clock.set(now + 30.9)
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=60) == []
+    world.clock.set(now + 31)
+    assert len(await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)) == 1
+
+
+async def test_a_result_is_stored_as_compact_utf8_json(make_world) -> None:
+    world = make_world()
+    job = await world.submit("héllo wörld")
+
+    assert await world.worker().handle(await _receive_one(world)) is Verdict.SUCCEEDED
+
+    [stored] = world.results._data.values()
+    assert json.loads(stored) == (await world.jobs.get("t1", job.job_id)).result
+    assert "héllo wörld".encode() in stored
+    assert b'", "' not in stored and b'": ' not in stored
