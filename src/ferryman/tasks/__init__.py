@@ -1,9 +1,15 @@
-"""Task definitions: input model, prompt, output schema; and the built-in tasks."""
+"""Task definitions: input, prompt, output schema; and the built-in tasks."""
 
 from __future__ import annotations
 
 from ferryman.tasks.builtin import builtin_tasks
-from ferryman.tasks.definition import PromptParts, TaskDefinition, TaskInput, TaskOutput
+from ferryman.tasks.definition import (
+    PromptParts,
+    TaskDefinition,
+    TaskDefinitionError,
+    TaskInput,
+    TaskOutput,
+)
 from ferryman.tasks.registry import TaskRegistry
 from ferryman.tasks.simulate import SimulateOptions
 
@@ -11,6 +17,7 @@ __all__ = [
     "PromptParts",
     "SimulateOptions",
     "TaskDefinition",
+    "TaskDefinitionError",
     "TaskInput",
     "TaskOutput",
     "TaskRegistry",
