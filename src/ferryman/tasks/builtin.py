@@ -1,4 +1,4 @@
-"""The tasks every ferryman knows: ``generate``, ``classify_ticket``, ``summarize``."""
+"""The tasks every ferryman knows: ``generate``, ``classify_ticket``, ``summarize``, ``extract``."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ from ferryman.tasks.definition import (
     TaskInput,
     TaskOutput,
 )
+from ferryman.tasks.extract import EXTRACT, MAX_EXTRACT_TEXT_CHARS, MAX_TOKENS_LIMIT
 from ferryman.tasks.models import ModelInput, ModelOutput
 from ferryman.tasks.registry import TaskRegistry
 
 __all__ = [
     "CLASSIFY_TICKET",
     "DEFAULT_MODEL",
+    "EXTRACT",
     "GENERATE",
+    "MAX_EXTRACT_TEXT_CHARS",
     "MAX_PROMPT_CHARS",
     "MAX_SUMMARIZE_TEXT_CHARS",
     "MAX_SYSTEM_CHARS",
@@ -35,7 +38,6 @@ MAX_SYSTEM_CHARS = 20_000
 MAX_TICKET_CHARS = 20_000
 MAX_SUMMARIZE_TEXT_CHARS = 100_000
 MAX_SUMMARY_WORDS = 5_000
-MAX_TOKENS_LIMIT = 32_000
 
 
 class GenerateInput(TaskInput):
@@ -150,6 +152,6 @@ SUMMARIZE = TaskDefinition(
 def builtin_tasks() -> TaskRegistry:
     """A new registry holding the built-in tasks (callers may register more)."""
     registry = TaskRegistry()
-    for definition in (GENERATE, CLASSIFY_TICKET, SUMMARIZE):
+    for definition in (GENERATE, CLASSIFY_TICKET, SUMMARIZE, EXTRACT):
         registry.register(definition)
     return registry

@@ -24,7 +24,7 @@ def locs(exc: InvalidRequestError) -> list[list[Any]]:
 
 
 def test_builtin_registry_knows_every_builtin_with_sim_as_default_model() -> None:
-    assert REGISTRY.names() == ["classify_ticket", "generate", "summarize"]
+    assert REGISTRY.names() == ["classify_ticket", "extract", "generate", "summarize"]
     assert GENERATE.name == "generate"
     assert CLASSIFY.name == "classify_ticket"
     assert all(task.default_model == "sim" for task in REGISTRY)
