@@ -1,8 +1,13 @@
-"""Task definitions: input, prompt, output schema; and the built-in tasks."""
+"""Task definitions: input, prompt, output schema; the built-in tasks, and your own.
+
+Write a task in Python with ``@task`` (loaded from the modules FERRYMAN_TASKS names)
+or declare one in TOML (``[tasks.NAME]``); docs/tasks.md shows both.
+"""
 
 from __future__ import annotations
 
 from ferryman.tasks.builtin import builtin_tasks
+from ferryman.tasks.declared import declared_task
 from ferryman.tasks.definition import (
     PromptParts,
     TaskDefinition,
@@ -10,6 +15,7 @@ from ferryman.tasks.definition import (
     TaskInput,
     TaskOutput,
 )
+from ferryman.tasks.modules import load_task_modules, task
 from ferryman.tasks.registry import TaskRegistry
 from ferryman.tasks.simulate import SimulateOptions
 
@@ -22,4 +28,7 @@ __all__ = [
     "TaskOutput",
     "TaskRegistry",
     "builtin_tasks",
+    "declared_task",
+    "load_task_modules",
+    "task",
 ]
