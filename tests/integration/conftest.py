@@ -92,6 +92,7 @@ class HttpStack:
             "operations": self.operations,
             "api_keys": self.api_keys,
             "clock": self.clock,
+            "tasks": self.tasks,
         }
         options.update(overrides)
         return AppDeps(**options)
