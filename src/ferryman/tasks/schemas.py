@@ -144,6 +144,7 @@ class SchemaInput:
         closed = dict(schema)
         if not {"additionalProperties", "unevaluatedProperties", "patternProperties"} & set(closed):
             closed["additionalProperties"] = False
+        self._closed = closed
         self._validator = Draft202012Validator(closed)
         self._schema = _with_simulate(closed)
 
@@ -151,7 +152,7 @@ class SchemaInput:
         return _copy(self._schema)
 
     def unbounded_text(self) -> list[str]:
-        return unbounded_strings(self._validator.schema)  # type: ignore[arg-type]
+        return unbounded_strings(self._closed)
 
     def validate(self, raw: object, *, task: str) -> dict[str, Any]:
         return self._checked(raw, prefix=("body", "input"), what=f"not valid for task {task!r}")
@@ -239,7 +240,8 @@ def output_violations(validator: Draft202012Validator, data: Any) -> list[str]:
     errors = _errors(validator, data)
     if errors is None:
         return [f"(top level): {_TOO_DEEP}"]
-    declared = _declared_names(validator.schema)  # type: ignore[arg-type]
+    schema = validator.schema
+    declared = _declared_names(schema) if isinstance(schema, dict) else frozenset()
     found: list[str] = []
     for error in errors:
         path = [
