@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import difflib
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -31,6 +34,8 @@ from ferryman.failpoints import Failpoints
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from pydantic.fields import FieldInfo
 
 ENV_PREFIX = "FERRYMAN_"
 CONFIG_ENV = "FERRYMAN_CONFIG"
@@ -100,6 +105,27 @@ class ModelSettings(BaseModel):
     output_price_per_mtok: float = Field(default=0.0, ge=0)
     # Tried when this one stays throttled past its budget, or the input is too long for it.
     fallbacks: list[str] = Field(default_factory=list)
+
+
+class TaskSettings(BaseModel):
+    """``[tasks.NAME]`` (or ``tasks_dir/NAME.toml``): a task declared without code
+    (docs/tasks.md). The schemas and templates are checked when the task is built."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    description: str | None = None
+    # Templates: text with {{ input.FIELD }} placeholders and nothing else.
+    prompt: str = Field(min_length=1)
+    system: str | None = None
+    # JSON Schemas (Draft 2020-12), each describing a JSON object.
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    # Defaults; unset, the deployment's (model: sim).
+    model: str | None = Field(default=None, min_length=1)
+    max_attempts: int | None = Field(default=None, ge=1)
+    max_invalid_output_attempts: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
 
 
 class Settings(BaseSettings):
@@ -182,6 +208,14 @@ class Settings(BaseSettings):
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     models: dict[str, ModelSettings] = Field(default_factory=dict)
 
+    # Tasks beyond the built-in ones (docs/tasks.md). FERRYMAN_TASKS names the Python
+    # modules whose @task functions are loaded (comma-separated; found on PYTHONPATH
+    # or installed); tasks_dir holds one NAME.toml per declared task, alongside the
+    # [tasks.NAME] tables of ferryman.toml.
+    tasks_module: Annotated[tuple[str, ...], NoDecode] = ()
+    tasks_dir: str | None = None
+    tasks: dict[str, TaskSettings] = Field(default_factory=dict)
+
     # The simulated model: may a job's input script it (latency, failures)?
     sim_scripts: bool = True
     # How often a worker looks for cancel requests on the calls it runs.
@@ -208,6 +242,13 @@ class Settings(BaseSettings):
                         f"models.{alias}.fallbacks names {fallback!r}, not another model"
                     )
         return self
+
+    @field_validator("tasks_module", mode="before")
+    @classmethod
+    def _module_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -238,10 +279,11 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        env = _EnvSource(settings_cls)
         path = config_file_path()
         if path is None:
-            return (init_settings, env_settings)
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, path))
+            return (init_settings, env)
+        return (init_settings, env, TomlConfigSettingsSource(settings_cls, path))
 
     # --- derived values -----------------------------------------------------------
 
@@ -276,12 +318,39 @@ class Settings(BaseSettings):
         return Failpoints.parse(self.failpoints)
 
 
+class _EnvSource(EnvSettingsSource):
+    """Environment variables, where FERRYMAN_TASKS names task modules (``tasks_module``)
+    while ``tasks`` holds the [tasks.NAME] tables: the issue and the docs promise both
+    names, so the plain variable is routed here. FERRYMAN_TASKS__NAME__FIELD still
+    reaches a table."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name == "tasks":
+            _, key, is_complex = super().get_field_value(field, field_name)
+            return None, key, is_complex
+        if field_name == "tasks_module":
+            tables = self.settings_cls.model_fields["tasks"]
+            value, _, _ = super().get_field_value(tables, "tasks")
+            return value, field_name, False
+        return super().get_field_value(field, field_name)
+
+
+# Settings read from a variable other than FERRYMAN_<FIELD>.
+_ENV_NAMES = {"tasks_module": f"{ENV_PREFIX}TASKS"}
+
+
 def env_name(field: str) -> str:
-    return f"{ENV_PREFIX}{field.upper()}"
+    return _ENV_NAMES.get(field, f"{ENV_PREFIX}{field.upper()}")
 
 
 def _describe(error: dict[str, Any]) -> str:
     field = str(error["loc"][0]) if error.get("loc") else "?"
+    if field == "tasks":
+        # A table's values are prompts and schemas: name the place, not the value.
+        where = ".".join(str(part) for part in error["loc"])
+        unknown = error.get("type") == "extra_forbidden"
+        message = "unknown field" if unknown else error.get("msg", "invalid value")
+        return f"{where} (in {DEFAULT_CONFIG_FILE}): {message}"
     if error.get("type") == "extra_forbidden":
         return f"{field}: unknown setting (not a ferryman configuration name)"
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
@@ -318,7 +387,7 @@ class UnknownVariable:
 
 
 # Settings read as nested tables, whose variables continue after ``__`` (any name).
-_NESTED_FIELDS = frozenset({"providers", "models"})
+_NESTED_FIELDS = frozenset({"providers", "models", "tasks"})
 
 
 def known_variables() -> frozenset[str]:
@@ -346,4 +415,32 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownV
             continue
         close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, n=1)
         found.append(UnknownVariable(name=name, closest=suffixes[close[0]] if close else None))
+    return found
+
+
+# --- tasks declared in a directory ------------------------------------------------------
+
+
+def task_files(directory: str) -> dict[str, TaskSettings]:
+    """The tasks declared in ``directory/*.toml``, one per file, named by the file's stem
+    (``tasks/triage.toml`` declares ``triage``); ConfigurationError naming the file."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ConfigurationError(f"FERRYMAN_TASKS_DIR is {directory}, which is not a directory")
+    found: dict[str, TaskSettings] = {}
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            with path.open("rb") as file:
+                table = tomllib.load(file)
+            found[path.stem] = TaskSettings.model_validate(table)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigurationError(f"cannot read the task file {path}: {exc}") from None
+        except ValidationError as exc:
+            problems = [
+                f"{'.'.join(str(part) for part in error['loc']) or '(top level)'}: {error['msg']}"
+                for error in exc.errors(include_url=False, include_input=False)
+            ]
+            raise ConfigurationError(
+                f"the task file {path} is not valid:\n  " + "\n  ".join(problems)
+            ) from None
     return found

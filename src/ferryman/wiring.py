@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.files import FileResultStore
-from ferryman.config import SIM, ConfigurationError
+from ferryman.config import SIM, ConfigurationError, task_files
 from ferryman.core.clock import SystemClock
 from ferryman.core.ids import new_worker_id
 from ferryman.core.models import ModelAlias, Prices
@@ -47,7 +47,7 @@ from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
 from ferryman.services.worker import Worker
-from ferryman.tasks import builtin_tasks
+from ferryman.tasks import TaskDefinitionError, builtin_tasks, declared_task, load_task_modules
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -211,6 +211,39 @@ def build_catalog(settings: Settings) -> ModelCatalog:
     return ModelCatalog(aliases=aliases.values(), providers=providers.values())
 
 
+def build_tasks(settings: Settings) -> TaskRegistry:
+    """The built-in tasks, the declared ones ([tasks.NAME] tables, then the files of
+    FERRYMAN_TASKS_DIR) and those of the FERRYMAN_TASKS modules. A task that cannot be
+    defined, a name defined twice, or a default model that is not configured is a
+    ConfigurationError naming the task and where it comes from."""
+    declared = [
+        (name, table, f"[tasks.{name}] in the configuration")
+        for name, table in settings.tasks.items()
+    ]
+    if settings.tasks_dir is not None:
+        declared += [
+            (name, table, f"file {settings.tasks_dir}/{name}.toml")
+            for name, table in task_files(settings.tasks_dir).items()
+        ]
+    registry = builtin_tasks()
+    try:
+        for name, table, origin in declared:
+            registry.register(declared_task(name=name, origin=origin, **table.model_dump()))
+        for definition in load_task_modules(settings.tasks_module):
+            registry.register(definition)
+    except TaskDefinitionError as exc:
+        raise ConfigurationError(str(exc)) from None
+    aliases = {SIM, *settings.models}
+    for definition in registry:
+        if definition.default_model not in aliases:
+            raise ConfigurationError(
+                f"task {definition.name!r} ({definition.origin}) defaults to model "
+                f"{definition.default_model!r}, which is not configured ([models.NAME]; "
+                f"known: {', '.join(sorted(aliases))})"
+            )
+    return registry
+
+
 def _provider(name: str, provider: ProviderSettings, settings: Settings) -> ModelProvider:
     if provider.kind == SIM:
         return SimulatedProvider(name=name, scripts=settings.sim_scripts)
@@ -242,7 +275,7 @@ def _build(settings: Settings, engine: Engine, clock: Clock) -> Runtime:
     results, results_location = _results_store(settings, engine)
     keys = engine.keys
     control = engine.control
-    tasks = builtin_tasks()
+    tasks = build_tasks(settings)
     catalog = build_catalog(settings)
     # One per process: its view of whether results can be written is what stops this
     # process's workers taking new calls, and what its /readyz reports.

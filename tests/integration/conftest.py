@@ -97,6 +97,7 @@ class HttpStack:
             "api_keys": self.api_keys,
             "usage": UsageReports(store=self.store, clock=self.clock),
             "clock": self.clock,
+            "tasks": self.tasks,
         }
         options.update(overrides)
         return AppDeps(**options)

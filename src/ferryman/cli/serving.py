@@ -62,6 +62,7 @@ def app_deps(runtime: Runtime) -> AppDeps:
         tenant_burst=s.tenant_burst,
         tenant_read_rate_per_second=s.tenant_read_rate_per_second,
         tenant_read_burst=s.tenant_read_burst,
+        tasks=runtime.tasks,
     )
 
 

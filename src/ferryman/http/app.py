@@ -25,7 +25,7 @@ from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
-from ferryman.http.routes import admin, admin_jobs, health, jobs, keys, usage
+from ferryman.http.routes import admin, admin_jobs, health, jobs, keys, tasks, usage
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ferryman.services.jobs import JobQueries
     from ferryman.services.operations import Operations
     from ferryman.services.usage import UsageReports
+    from ferryman.tasks import TaskRegistry
 
 DEFAULT_MAX_BODY_BYTES = 262_144
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
@@ -57,6 +58,9 @@ class AppDeps:
     tenant_burst: int = 20
     tenant_read_rate_per_second: float = 0.0
     tenant_read_burst: int = 40
+    # The registry intake validates against: GET /v1/tasks lists it and the OpenAPI
+    # document describes each task's body. None leaves both out.
+    tasks: TaskRegistry | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:
@@ -103,4 +107,5 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(keys.router)
     app.include_router(usage.router)
     app.include_router(health.router)
+    tasks.install(app, deps.tasks)
     return app

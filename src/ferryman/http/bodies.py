@@ -13,6 +13,10 @@ and pydantic's echo of the offending input never reaches a response.
   the first such string (see ``first_invalid_text``), before any model sees it.
 - JSON that breaks the model: 422 ``invalid_request`` with each field's ``loc``.
 - A reserved field (``webhook_url``): 422 ``unsupported_field``, whatever its value.
+
+The OpenAPI document describes the submission body per task (``describe_task_bodies``):
+a ``oneOf`` of one GenerationRequest per registered task, keyed by ``task``, whose
+``input`` is that task's input schema.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from ferryman.ports.control import Switch
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
     from starlette.requests import Request
+
+    from ferryman.tasks import TaskRegistry
 
 MAX_METADATA_BYTES = 4096
 # Lone surrogates cannot be encoded as UTF-8 (hashing, storage and responses all fail);
@@ -113,6 +119,67 @@ def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     # Nested $defs would not resolve inside the OpenAPI document.
     assert "$defs" not in schema, f"{model.__name__} needs a flat schema"
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+SUBMIT_PATH = "/v1/generations"
+_COMPONENT_NAME = re.compile(r"[^A-Za-z0-9._-]")
+_COMPONENT_REF = "#/components/schemas/"
+
+
+def describe_task_bodies(document: dict[str, Any], registry: TaskRegistry) -> None:
+    """Make the OpenAPI ``document`` show the submission body per registered task: a
+    ``oneOf`` with a discriminator on ``task``, each entry's ``input`` being that task's
+    input schema, every schema it needs added to ``components.schemas``."""
+    schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
+    base = GenerationRequest.model_json_schema()
+    mapping: dict[str, str] = {}
+    for task in registry:
+        input_ref = _add_component(schemas, f"TaskInput.{task.name}", task.input_schema, task.name)
+        entry = json.loads(json.dumps(base))
+        entry["title"] = f"GenerationRequest.{task.name}"
+        if task.description:
+            entry["description"] = task.description
+        entry["properties"]["task"] = {"type": "string", "const": task.name, "title": "Task"}
+        entry["properties"]["input"] = {"$ref": input_ref}
+        mapping[task.name] = _add_component(schemas, entry["title"], entry, task.name)
+    body = {
+        "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        "discriminator": {"propertyName": "task", "mapping": mapping},
+    }
+    content = document["paths"][SUBMIT_PATH]["post"]["requestBody"]["content"]
+    content["application/json"]["schema"] = body
+
+
+def _add_component(schemas: dict[str, Any], name: str, schema: dict[str, Any], task: str) -> str:
+    """Put ``schema`` under ``name``, its ``$defs`` beside it (shared when another task
+    has the same one, named after the task when another differs), and return its $ref."""
+    schema = json.loads(json.dumps(schema))
+    schema.pop("$schema", None)
+    schema.pop("$id", None)  # a base URI of its own would move its references
+    definitions: dict[str, Any] = schema.pop("$defs", {})
+    renamed: dict[str, str] = {}
+    for def_name, definition in definitions.items():
+        plain = _COMPONENT_NAME.sub("_", def_name)
+        chosen = plain if schemas.get(plain, definition) == definition else f"{task}.{plain}"
+        renamed[f"#/$defs/{def_name}"] = _COMPONENT_REF + chosen
+    for def_name, definition in definitions.items():
+        target = renamed[f"#/$defs/{def_name}"].removeprefix(_COMPONENT_REF)
+        schemas[target] = _rewrite_refs(definition, renamed)
+    schemas[name] = _rewrite_refs(schema, renamed)
+    return _COMPONENT_REF + name
+
+
+def _rewrite_refs(node: Any, renamed: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: renamed.get(value, value)
+            if key == "$ref" and isinstance(value, str)
+            else _rewrite_refs(value, renamed)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_rewrite_refs(item, renamed) for item in node]
+    return node
 
 
 async def read_body(request: Request, model: type[ModelT]) -> ModelT:

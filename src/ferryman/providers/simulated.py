@@ -183,9 +183,12 @@ class SchemaSynthesizer:
     def value(self) -> Any:
         return self._synth(self._root, path="", depth=0)
 
-    def _synth(self, schema: dict[str, Any], *, path: str, depth: int) -> Any:
+    def _synth(self, schema: dict[str, Any] | bool, *, path: str, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             return None
+        if isinstance(schema, bool):
+            # JSON Schema's boolean forms: true takes anything, false nothing at all.
+            return "sim" if schema else None
         schema = self._resolve(schema)
         if "const" in schema:
             return schema["const"]

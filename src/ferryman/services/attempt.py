@@ -259,7 +259,7 @@ class AttemptRunner:
                 raise InvalidOutputError(
                     "the answer was cut off at max_tokens before it was complete"
                 )
-            result.output = task.parse_output(response.text)
+            result.output = task.parse_output(response.text, request=request)
         except ProviderError as exc:  # InvalidOutputError: the schema was broken
             metrics.VALIDATION_FAILURES.labels(task=task.name).inc()
             result.error = exc

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.services.results import ResultWriter
+    from ferryman.tasks import TaskRegistry
 
 log = structlog.get_logger("ferryman.worker")
 
@@ -106,8 +107,10 @@ class DeliveryHandler:
         failpoints: Failpoints,
         catalog: ModelCatalog,
         control: ControlStore,
+        tasks: TaskRegistry,
     ) -> None:
         self._catalog = catalog
+        self._tasks = tasks
         self._control = control
         self._pauses = ProviderPauses(control)
         self._store = store
@@ -133,7 +136,7 @@ class DeliveryHandler:
         if job.not_before is not None and job.not_before > now:
             await self._hide(delivery, job.not_before - now)
             return Verdict.DEFERRED
-        if job.failure_count >= self._settings.retry.max_attempts:
+        if job.failure_count >= self._retry_policy(job).max_attempts:
             return await self._fail_exhausted(delivery, job)
         if await self._provider_paused(job):
             return await self._requeue(delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
@@ -262,7 +265,7 @@ class DeliveryHandler:
         verdict = judge_failure(
             job,
             error,
-            policy=self._settings.retry,
+            policy=self._retry_policy(job),
             catalog=self._catalog,
             provider=result.provider,
         )
@@ -412,6 +415,12 @@ class DeliveryHandler:
             )
         await self._ack(delivery)
         return Verdict.DUPLICATE
+
+    def _retry_policy(self, job: Job) -> RetryPolicy:
+        """The deployment's budgets, with the job's task's own where it sets them."""
+        if job.task not in self._tasks:
+            return self._settings.retry
+        return self._tasks.get(job.task).retry_policy(self._settings.retry)
 
     @staticmethod
     def _report(result: CallResult, outcome: AttemptOutcome) -> AttemptReport:

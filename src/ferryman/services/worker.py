@@ -119,6 +119,7 @@ class Worker:
             failpoints=failpoints,
             catalog=catalog,
             control=control,
+            tasks=tasks,
         )
         self._running: set[asyncio.Task[Verdict]] = set()
         self._slot_freed = asyncio.Event()

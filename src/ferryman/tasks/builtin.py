@@ -1,4 +1,4 @@
-"""The tasks every ferryman knows: ``generate`` and ``classify_ticket``."""
+"""The tasks every ferryman knows: ``generate``, ``classify_ticket``, ``summarize``, ``extract``."""
 
 from __future__ import annotations
 
@@ -6,15 +6,38 @@ from typing import Literal
 
 from pydantic import Field
 
-from ferryman.tasks.definition import PromptParts, TaskDefinition, TaskInput, TaskOutput
+from ferryman.tasks.definition import (
+    DEFAULT_MODEL,
+    PromptParts,
+    TaskDefinition,
+    TaskInput,
+    TaskOutput,
+)
+from ferryman.tasks.extract import EXTRACT, MAX_EXTRACT_TEXT_CHARS, MAX_TOKENS_LIMIT
+from ferryman.tasks.models import ModelInput, ModelOutput
 from ferryman.tasks.registry import TaskRegistry
 
-DEFAULT_MODEL = "sim"
-MAX_TOKENS_LIMIT = 32_000
+__all__ = [
+    "CLASSIFY_TICKET",
+    "DEFAULT_MODEL",
+    "EXTRACT",
+    "GENERATE",
+    "MAX_EXTRACT_TEXT_CHARS",
+    "MAX_PROMPT_CHARS",
+    "MAX_SUMMARIZE_TEXT_CHARS",
+    "MAX_SYSTEM_CHARS",
+    "MAX_TICKET_CHARS",
+    "MAX_TOKENS_LIMIT",
+    "SUMMARIZE",
+    "builtin_tasks",
+]
+
 # Text limits, in characters (code points); docs/reference.md lists every one.
 MAX_PROMPT_CHARS = 100_000
 MAX_SYSTEM_CHARS = 20_000
 MAX_TICKET_CHARS = 20_000
+MAX_SUMMARIZE_TEXT_CHARS = 100_000
+MAX_SUMMARY_WORDS = 5_000
 
 
 class GenerateInput(TaskInput):
@@ -34,10 +57,10 @@ def _render_generate(given: GenerateInput) -> PromptParts:
 
 GENERATE = TaskDefinition(
     name="generate",
-    input_model=GenerateInput,
-    output_model=GenerateOutput,
-    default_model=DEFAULT_MODEL,
+    inputs=ModelInput(GenerateInput),
+    outputs=ModelOutput(GenerateOutput),
     render=_render_generate,
+    description='Answer a prompt (and optional system prompt) with {"text": ...}.',
 )
 
 
@@ -51,9 +74,6 @@ class ClassifyTicketOutput(TaskOutput):
     priority: Literal["low", "medium", "high"]
     summary: str = Field(min_length=1, max_length=500)
 
-
-# Enough for the three fields with a 500-character summary.
-_CLASSIFY_MAX_TOKENS = 400
 
 _CLASSIFY_SYSTEM = (
     "You triage customer support tickets. Answer with one JSON object and nothing else."
@@ -72,22 +92,66 @@ def _render_classify_ticket(given: ClassifyTicketInput) -> PromptParts:
     return PromptParts(
         system=_CLASSIFY_SYSTEM,
         prompt=_CLASSIFY_INSTRUCTIONS + given.ticket,
-        max_tokens=given.max_tokens or _CLASSIFY_MAX_TOKENS,
+        max_tokens=given.max_tokens,
     )
 
 
 CLASSIFY_TICKET = TaskDefinition(
     name="classify_ticket",
-    input_model=ClassifyTicketInput,
-    output_model=ClassifyTicketOutput,
-    default_model=DEFAULT_MODEL,
+    inputs=ModelInput(ClassifyTicketInput),
+    outputs=ModelOutput(ClassifyTicketOutput),
     render=_render_classify_ticket,
+    description="Triage a support ticket: category, priority and a one-sentence summary.",
+    # Enough for the three fields with a 500-character summary.
+    max_tokens=400,
+)
+
+
+class SummarizeInput(TaskInput):
+    text: str = Field(min_length=1, max_length=MAX_SUMMARIZE_TEXT_CHARS)
+    max_words: int | None = Field(default=None, ge=1, le=MAX_SUMMARY_WORDS)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+
+
+class SummarizeOutput(TaskOutput):
+    summary: str = Field(min_length=1, max_length=MAX_SUMMARIZE_TEXT_CHARS)
+
+
+_SUMMARIZE_SYSTEM = (
+    "You summarise text faithfully and concisely, adding nothing the text does not say. "
+    "Answer with one JSON object and nothing else."
+)
+
+
+def _render_summarize(given: SummarizeInput) -> PromptParts:
+    limit = f", in at most {given.max_words} words" if given.max_words else ""
+    max_tokens = given.max_tokens
+    if max_tokens is None and given.max_words:
+        # About 1.3 tokens a word in English, with room for the JSON around it: a
+        # word limit the model honours never runs into the token limit.
+        max_tokens = given.max_words * 2 + 64
+    return PromptParts(
+        system=_SUMMARIZE_SYSTEM,
+        prompt=(
+            'Summarise the text below. Answer with a JSON object with one field, "summary": '
+            f"the summary{limit}.\n\nText:\n{given.text}"
+        ),
+        max_tokens=max_tokens,
+    )
+
+
+SUMMARIZE = TaskDefinition(
+    name="summarize",
+    inputs=ModelInput(SummarizeInput),
+    outputs=ModelOutput(SummarizeOutput),
+    render=_render_summarize,
+    description="Summarise a text, optionally in at most max_words words.",
 )
 
 
 def builtin_tasks() -> TaskRegistry:
     """A new registry holding the built-in tasks (callers may register more)."""
     registry = TaskRegistry()
-    registry.register(GENERATE)
-    registry.register(CLASSIFY_TICKET)
+    for definition in (GENERATE, CLASSIFY_TICKET, SUMMARIZE, EXTRACT):
+        registry.register(definition)
     return registry

@@ -1,34 +1,49 @@
 """A task: what a job asks a model to do, and how its input and output are checked.
 
-A task is an input model (what a client may send), a way to turn that input into
-a prompt, and an output model (what the model must answer, as JSON). Every task
-asks for JSON matching its output schema, so validating an answer is the same
-step for every task and every provider.
+A task is an input side (what a client may send), a way to turn that input into a
+prompt, and an output side (what the model must answer, as JSON). Every task asks
+for JSON matching its output schema, so validating an answer is the same step for
+every task and every provider.
 
-Inputs and outputs are customer data: no error raised here quotes them. Pydantic
-errors do quote the offending value, so they are translated to field locations
-and templated messages, and never chained (``from None``) where a traceback
-would print them.
+The two sides are codecs, so one TaskDefinition serves every way of writing a task:
+pydantic models (``tasks/models.py``: the built-ins and ``@task`` modules), JSON
+Schemas (``tasks/schemas.py``: tasks declared in TOML), and a schema given per job
+(``tasks/extract.py``).
+
+Inputs and outputs are customer data: no error raised here quotes them, and none
+is chained (``from None``) where a traceback would print them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+import re
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from ferryman.core.errors import InvalidOutputError, InvalidRequestError
+from ferryman.core.errors import InvalidOutputError
 from ferryman.ports.provider import ModelRequest
 from ferryman.tasks.simulate import SimulateOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pydantic_core import ErrorDetails
+    from ferryman.core.retry import RetryPolicy
 
+# Every task that names no model of its own runs on the simulated one.
+DEFAULT_MODEL = "sim"
 # How many schema violations an InvalidOutputError lists; the rest are counted.
-_MAX_REPORTED_ERRORS = 5
+MAX_REPORTED_ERRORS = 5
+# Task names appear in URLs, metrics and OpenAPI component names: keep them plain.
+_TASK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,127}")
+# Provider ranges differ (Anthropic 0-1, OpenAI 0-2); this refuses only nonsense.
+MAX_TEMPERATURE = 2.0
+
+
+class TaskDefinitionError(ValueError):
+    """A task cannot be defined as written: a startup error that names the task."""
 
 
 class TaskInput(BaseModel):
@@ -46,68 +61,163 @@ class TaskOutput(BaseModel):
 
 
 class PromptParts(NamedTuple):
+    """What a task's render function returns: the prompt and, optionally, a system
+    prompt and a max_tokens for this job (None: the task's default)."""
+
     system: str | None
     prompt: str
-    max_tokens: int | None
+    max_tokens: int | None = None
 
 
-InputT = TypeVar("InputT", bound=TaskInput)
+InputT = TypeVar("InputT")
+InputT_co = TypeVar("InputT_co", covariant=True)
+
+
+class OutputViolationError(Exception):
+    """An answer broke the output schema; ``violations`` say where, never what."""
+
+    def __init__(self, violations: list[str]) -> None:
+        super().__init__("; ".join(violations))
+        self.violations = violations
+
+
+class InputCodec(Protocol[InputT_co]):
+    """How a task's input is described, validated at intake and read back by a worker."""
+
+    def json_schema(self) -> dict[str, Any]:
+        """The input's JSON Schema, ``simulate`` included (a new dict each call)."""
+        ...
+
+    def unbounded_text(self) -> list[str]:
+        """The fields (dotted paths) that take free text with no length limit."""
+        ...
+
+    def validate(self, raw: object, *, task: str) -> dict[str, Any]:
+        """The input normalised to JSON-able form, so equal requests hash equally.
+        Raises InvalidRequestError whose errors have ``loc`` ["body", "input", ...]."""
+        ...
+
+    def load(self, stored: dict[str, Any], *, task: str) -> InputT_co:
+        """A stored (already validated) input as the render function takes it.
+        Raises InvalidRequestError if it no longer fits."""
+        ...
+
+
+class OutputCodec(Protocol):
+    """How a task's answer is described and checked."""
+
+    def json_schema(self) -> dict[str, Any]:
+        """The output's JSON Schema as GET /v1/tasks shows it (a new dict each call)."""
+        ...
+
+    def asked_schema(self, job_input: dict[str, Any]) -> dict[str, Any]:
+        """The schema the model is asked to follow for this job (read, never changed)."""
+        ...
+
+    def check(self, data: Any, *, asked: dict[str, Any] | None) -> dict[str, Any]:
+        """The answer, validated; OutputViolationError otherwise. ``asked`` is the
+        schema the request carried (None when the caller does not have it)."""
+        ...
 
 
 class TaskDefinition(Generic[InputT]):
-    """One task: its name, input and output models, default model and prompt builder."""
+    """One task: its name, its two codecs, its prompt builder and its defaults.
+
+    The defaults are what a job of this task runs with unless the deployment decides:
+    ``default_model`` is the alias used when a job names none; ``max_attempts``,
+    ``max_invalid_output_attempts``, ``max_tokens`` and ``temperature`` are None when
+    the deployment's setting (or the provider's default) applies.
+    """
 
     __slots__ = (
-        "_output_schema",
+        "_inputs",
+        "_outputs",
         "_render",
         "default_model",
-        "input_model",
+        "description",
+        "max_attempts",
+        "max_invalid_output_attempts",
+        "max_tokens",
         "name",
-        "output_model",
+        "origin",
+        "temperature",
     )
 
     def __init__(
         self,
         *,
         name: str,
-        input_model: type[InputT],
-        output_model: type[TaskOutput],
-        default_model: str,
+        inputs: InputCodec[InputT],
+        outputs: OutputCodec,
         render: Callable[[InputT], PromptParts],
+        default_model: str = DEFAULT_MODEL,
+        description: str | None = None,
+        origin: str = "built in",
+        max_attempts: int | None = None,
+        max_invalid_output_attempts: int | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> None:
-        unbounded = unbounded_text_fields(input_model)
+        where = f"task {name!r} ({origin})"
+        if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
+            raise TaskDefinitionError(
+                f"{where}: a task name is 1-128 letters, digits, '_', '.' or '-', "
+                "starting with a letter"
+            )
+        _check_defaults(
+            where,
+            default_model=default_model,
+            max_attempts=max_attempts,
+            max_invalid_output_attempts=max_invalid_output_attempts,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        unbounded = inputs.unbounded_text()
         if unbounded:
             # Every free-text field a client can send has a documented length limit.
-            raise ValueError(
-                f"task {name!r}: give these input fields a max_length: {', '.join(unbounded)}"
+            raise TaskDefinitionError(
+                f"{where}: give these input fields a maximum length "
+                f"(max_length / maxLength): {', '.join(unbounded)}"
             )
         self.name = name
-        self.input_model = input_model
-        self.output_model = output_model
+        self.description = description
+        self.origin = origin
         self.default_model = default_model
+        self.max_attempts = max_attempts
+        self.max_invalid_output_attempts = max_invalid_output_attempts
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self._inputs = inputs
+        self._outputs = outputs
         self._render = render
-        # Built once and shared by every request of this task: providers only read it.
-        self._output_schema: dict[str, Any] = output_model.model_json_schema()
 
     def __repr__(self) -> str:
         return f"TaskDefinition(name={self.name!r}, default_model={self.default_model!r})"
 
     @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema a job's ``input`` must follow (a copy, safe to change)."""
+        return self._inputs.json_schema()
+
+    @property
     def output_schema(self) -> dict[str, Any]:
-        """The JSON schema a model's answer must follow (a copy, safe to change)."""
-        return json.loads(json.dumps(self._output_schema))  # type: ignore[no-any-return]
+        """The JSON Schema a model's answer must follow (a copy, safe to change)."""
+        return self._outputs.json_schema()
+
+    def retry_policy(self, deployment: RetryPolicy) -> RetryPolicy:
+        """The deployment's retry policy with this task's budgets where it sets them."""
+        changes: dict[str, int] = {}
+        if self.max_attempts is not None:
+            changes["max_attempts"] = self.max_attempts
+        if self.max_invalid_output_attempts is not None:
+            changes["max_invalid_output_attempts"] = self.max_invalid_output_attempts
+        return dataclasses.replace(deployment, **changes) if changes else deployment
 
     def validate_input(self, raw: object) -> dict[str, Any]:
-        """The input, validated and normalised to JSON-able form (absent optionals dropped),
-        so equal requests hash equally. Raises InvalidRequestError with field errors."""
-        try:
-            parsed = self.input_model.model_validate(raw)
-        except ValidationError as exc:
-            raise InvalidRequestError(
-                f"the input is not valid for task {self.name!r}",
-                errors=_field_errors(exc, prefix=("body", "input")),
-            ) from None
-        return parsed.model_dump(mode="json", exclude_none=True)
+        """The input, validated and normalised to JSON-able form (absent optionals
+        dropped), so equal requests hash equally. Raises InvalidRequestError with
+        field errors."""
+        return self._inputs.validate(raw, task=self.name)
 
     def build_request(
         self, job_input: dict[str, Any], *, model: str, attempt_no: int, job_id: str
@@ -116,26 +226,34 @@ class TaskDefinition(Generic[InputT]):
 
         Raises InvalidRequestError if the stored input no longer fits the input model.
         """
-        parsed = self._parse_stored(job_input)
-        parts = self._render(parsed)
+        parts = self._render(self._inputs.load(job_input, task=self.name))
         extras: dict[str, Any] = {}
-        if parsed.simulate is not None:
-            extras["simulate"] = parsed.simulate.model_dump(mode="json", exclude_none=True)
+        simulate = job_input.get("simulate")
+        if simulate is not None:
+            # Already validated by load(); normalised again so the sim reads every field.
+            options = SimulateOptions.model_validate(simulate)
+            extras["simulate"] = options.model_dump(mode="json", exclude_none=True)
         return ModelRequest(
             model=model,
             task=self.name,
             prompt=parts.prompt,
             system=parts.system,
-            max_tokens=parts.max_tokens,
-            output_schema=self._output_schema,
+            max_tokens=parts.max_tokens if parts.max_tokens is not None else self.max_tokens,
+            temperature=self.temperature,
+            output_schema=self._outputs.asked_schema(job_input),
             attempt_no=attempt_no,
             job_id=job_id,
             extras=extras,
         )
 
-    def parse_output(self, text: str) -> dict[str, Any]:
+    def parse_output(self, text: str, *, request: ModelRequest | None = None) -> dict[str, Any]:
         """The model's answer as a validated dict; InvalidOutputError if it is not JSON
-        or breaks the output schema. The message names fields, never the text."""
+        or breaks the output schema. The message names fields, never the text.
+
+        ``request`` is the call that produced the answer: a task whose output schema
+        is given per job (``extract``) checks the answer against the schema that
+        request asked for, and can only check that it is a JSON object without it.
+        """
         try:
             data = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
@@ -146,86 +264,54 @@ class TaskDefinition(Generic[InputT]):
             raise InvalidOutputError(
                 "the model output is not usable JSON (NaN/Infinity or nested too deeply)"
             ) from None
+        asked = request.output_schema if request is not None else None
         try:
-            parsed = self.output_model.model_validate(data)
-        except ValidationError as exc:
+            return self._outputs.check(data, asked=asked)
+        except OutputViolationError as exc:
             raise InvalidOutputError(
                 f"the model output breaks the output schema of task {self.name!r}: "
-                + _describe_violations(exc)
-            ) from None
-        return parsed.model_dump(mode="json", exclude_none=True)
-
-    def _parse_stored(self, job_input: dict[str, Any]) -> InputT:
-        try:
-            return self.input_model.model_validate(job_input)
-        except ValidationError as exc:
-            raise InvalidRequestError(
-                f"the stored input no longer fits task {self.name!r}",
-                errors=_field_errors(exc, prefix=("input",)),
+                + describe_violations(exc.violations)
             ) from None
 
 
-def unbounded_text_fields(model: type[BaseModel]) -> list[str]:
-    """The input fields (dotted paths, at any depth) that take free text with no
-    maxLength: a client could fill the whole body with one of them."""
-    schema = model.model_json_schema()
-    definitions: dict[str, Any] = schema.get("$defs", {})
-    found: list[str] = []
-    pending: list[tuple[str, Any]] = [("", schema)]
-    seen_refs: set[str] = set()
-    while pending:
-        path, node = pending.pop()
-        if not isinstance(node, dict):
-            continue
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref not in seen_refs:
-            seen_refs.add(ref)
-            pending.append((path, definitions.get(ref.rsplit("/", 1)[-1])))
-        if node.get("type") == "string" and not {"maxLength", "enum", "const"} & node.keys():
-            found.append(path or "(top level)")
-        for name, child in node.get("properties", {}).items():
-            pending.append((f"{path}.{name}" if path else name, child))
-        for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
-            pending.extend((path, child) for child in node.get(key, []))
-        for key in ("items", "additionalProperties"):
-            pending.append((path, node.get(key)))
-    return sorted(set(found))
+def describe_violations(violations: list[str]) -> str:
+    """The first few violations, and how many more there are."""
+    described = violations[:MAX_REPORTED_ERRORS]
+    if len(violations) > MAX_REPORTED_ERRORS:
+        described = [*described, f"and {len(violations) - MAX_REPORTED_ERRORS} more"]
+    return "; ".join(described)
+
+
+def _check_defaults(
+    where: str,
+    *,
+    default_model: str,
+    max_attempts: int | None,
+    max_invalid_output_attempts: int | None,
+    max_tokens: int | None,
+    temperature: float | None,
+) -> None:
+    problems: list[str] = []
+    if not isinstance(default_model, str) or not default_model:
+        problems.append("the default model must be a model alias")
+    for field, value in (
+        ("max_attempts", max_attempts),
+        ("max_invalid_output_attempts", max_invalid_output_attempts),
+        ("max_tokens", max_tokens),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            problems.append(f"{field} must be a whole number")
+        elif value is not None and value < 1:
+            problems.append(f"{field} must be at least 1")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not 0 <= temperature <= MAX_TEMPERATURE
+    ):
+        problems.append(f"temperature must be a number from 0 to {MAX_TEMPERATURE:g}")
+    if problems:
+        raise TaskDefinitionError(f"{where}: " + "; ".join(problems))
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
-
-
-def _field_errors(exc: ValidationError, *, prefix: tuple[str, ...]) -> list[dict[str, Any]]:
-    # include_input=False: the offending value is customer data.
-    return [
-        {"loc": [*prefix, *error["loc"]], "msg": _message(error)}
-        for error in exc.errors(include_url=False, include_input=False, include_context=False)
-    ]
-
-
-def _message(error: ErrorDetails) -> str:
-    # Pydantic names our model class here; a client only needs to know the shape.
-    if error["type"] == "model_type":
-        return "Input should be a JSON object"
-    return error["msg"]
-
-
-def _describe_violations(exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
-    described = [_describe(error) for error in errors[:_MAX_REPORTED_ERRORS]]
-    if len(errors) > _MAX_REPORTED_ERRORS:
-        described.append(f"and {len(errors) - _MAX_REPORTED_ERRORS} more")
-    return "; ".join(described)
-
-
-def _describe(error: ErrorDetails) -> str:
-    loc = list(error["loc"])
-    if error["type"] == "extra_forbidden":
-        # The unexpected key was written by the model: say where, not what.
-        return f"{_path(loc[:-1])}: unexpected field"
-    return f"{_path(loc)}: {_message(error)}"
-
-
-def _path(loc: list[int | str]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ferryman.core.errors import InvalidRequestError
+from ferryman.tasks.definition import TaskDefinitionError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ferryman.tasks.definition import TaskDefinition
 
 
@@ -17,8 +20,16 @@ class TaskRegistry:
         self._tasks: dict[str, TaskDefinition[Any]] = {}
 
     def register(self, task: TaskDefinition[Any]) -> None:
-        if task.name in self._tasks:
-            raise ValueError(f"task {task.name!r} is already registered")
+        """Add a task; TaskDefinitionError (a ValueError) naming both definitions when
+        another one has the name. Registering the same definition again changes nothing."""
+        existing = self._tasks.get(task.name)
+        if existing is task:
+            return
+        if existing is not None:
+            raise TaskDefinitionError(
+                f"task {task.name!r} is already registered: defined by {existing.origin}, "
+                f"and again by {task.origin}"
+            )
         self._tasks[task.name] = task
 
     def get(self, name: str) -> TaskDefinition[Any]:
@@ -31,6 +42,10 @@ class TaskRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tasks)
+
+    def __iter__(self) -> Iterator[TaskDefinition[Any]]:
+        """The tasks in name order."""
+        return iter([self._tasks[name] for name in self.names()])
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks

@@ -293,3 +293,13 @@ def test_synthesis_covers_the_json_schema_subset_pydantic_writes() -> None:
     assert len(value["tags"]) == 2
     assert value["kind"] == "fixed"
     assert len(value["padded"]) >= 50
+
+
+def test_boolean_subschemas_are_understood_not_a_crash() -> None:
+    """A tenant's extract schema may say true (anything) or false (nothing) anywhere."""
+    schema = {
+        "type": "object",
+        "properties": {"anything": True, "tags": {"type": "array", "items": False, "maxItems": 0}},
+    }
+    value = SchemaSynthesizer(schema, "a prompt").value()
+    assert value["anything"] == "sim"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ferryman.core.errors import InvalidOutputError, InvalidRequestError
 from ferryman.core.idempotency import canonical_json
-from ferryman.tasks import TaskRegistry, builtin_tasks
+from ferryman.tasks import PromptParts, TaskDefinition, TaskRegistry, builtin_tasks
 
 REGISTRY = builtin_tasks()
 GENERATE = REGISTRY.get("generate")
@@ -23,12 +23,11 @@ def locs(exc: InvalidRequestError) -> list[list[Any]]:
 # --- registry ----------------------------------------------------------------
 
 
-def test_builtin_registry_knows_both_tasks_with_sim_as_default_model() -> None:
-    assert REGISTRY.names() == ["classify_ticket", "generate"]
+def test_builtin_registry_knows_every_builtin_with_sim_as_default_model() -> None:
+    assert REGISTRY.names() == ["classify_ticket", "extract", "generate", "summarize"]
     assert GENERATE.name == "generate"
     assert CLASSIFY.name == "classify_ticket"
-    assert GENERATE.default_model == "sim"
-    assert CLASSIFY.default_model == "sim"
+    assert all(task.default_model == "sim" for task in REGISTRY)
     assert "generate" in REGISTRY
 
 
@@ -41,12 +40,28 @@ def test_unknown_task_is_an_invalid_request_naming_the_known_tasks() -> None:
     assert caught.value.errors[0]["msg"]
 
 
-def test_registering_a_name_twice_is_refused() -> None:
+def test_registering_a_name_twice_is_refused_naming_both_definitions() -> None:
     registry = TaskRegistry()
     registry.register(GENERATE)
-    with pytest.raises(ValueError, match="already registered"):
-        registry.register(GENERATE)
-    assert registry.names() == ["generate"]
+    other = TaskDefinition(
+        name="generate",
+        inputs=GENERATE._inputs,
+        outputs=GENERATE._outputs,
+        render=lambda given: PromptParts(system=None, prompt="x"),
+        origin="myapp.tasks.generate",
+    )
+    with pytest.raises(ValueError, match="already registered") as caught:
+        registry.register(other)
+    assert "built in" in str(caught.value)
+    assert "myapp.tasks.generate" in str(caught.value)
+    assert registry.get("generate") is GENERATE
+
+
+def test_registering_the_same_definition_again_changes_nothing() -> None:
+    # A task module may re-export a builtin: that is not a second definition.
+    registry = builtin_tasks()
+    registry.register(GENERATE)
+    assert registry.get("generate") is GENERATE
 
 
 def test_builtin_tasks_returns_a_fresh_registry_each_time() -> None:

@@ -1,0 +1,67 @@
+"""/v1/tasks: the tasks this deployment accepts, with their schemas and defaults.
+
+Any authenticated tenant may read it (it spends the read budget): a client learns
+what it may submit without reading the server's configuration. ``install`` also
+makes the OpenAPI document describe the submission body per task.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from ferryman.http.auth import Tenant
+from ferryman.http.bodies import describe_task_bodies
+from ferryman.http.views import JsonBody
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ferryman.tasks import TaskDefinition, TaskRegistry
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+
+@router.get("")
+async def list_tasks(request: Request, principal: Tenant) -> JSONResponse:
+    listing: dict[str, Any] = request.app.state.task_listing
+    return JsonBody(listing)
+
+
+def install(app: FastAPI, registry: TaskRegistry | None) -> None:
+    """Serve GET /v1/tasks for ``registry`` (the one intake validates against) and
+    describe each task's body in the OpenAPI document. Without a registry (an app
+    built to test other routes) neither is there."""
+    if registry is None:
+        return
+    # The registry is fixed once the process has started: build the listing once.
+    app.state.task_listing = {"data": [task_body(task) for task in registry]}
+    app.include_router(router)
+    generate_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            # FastAPI caches the document it returns: describe the tasks in it once.
+            describe_task_bodies(generate_openapi(), registry)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def task_body(task: TaskDefinition[Any]) -> dict[str, Any]:
+    """One task as GET /v1/tasks shows it; a default of null is the deployment's."""
+    return {
+        "name": task.name,
+        "description": task.description,
+        "defaults": {
+            "model": task.default_model,
+            "max_attempts": task.max_attempts,
+            "max_invalid_output_attempts": task.max_invalid_output_attempts,
+            "max_tokens": task.max_tokens,
+            "temperature": task.temperature,
+        },
+        "input_schema": task.input_schema,
+        "output_schema": task.output_schema,
+    }
