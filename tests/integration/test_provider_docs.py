@@ -95,7 +95,9 @@ async def local_server() -> AsyncIterator[tuple[int, list[dict[str, Any]]]]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.listen()  # connections wait in the backlog until the server accepts them
-    server = uvicorn.Server(uvicorn.Config(chat_server(seen), log_level="warning", lifespan="off"))
+    # log_config=None: uvicorn must not rewire this process's logging for later tests.
+    config = uvicorn.Config(chat_server(seen), log_config=None, access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         yield port, seen
