@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import logging
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from ferryman.core.errors import (
     FerrymanError,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
     from ferryman.ports.provider import ModelRequest
 
-log = logging.getLogger("ferryman.providers.bedrock")
+log = structlog.get_logger("ferryman.providers")
 
 _CHECK_TIMEOUT_SECONDS = 10.0
 _LENGTH_STOPS = frozenset({"max_tokens", "model_context_window_exceeded"})
@@ -137,7 +138,11 @@ class BedrockProvider:
             result = await self._converse(request, schema, tool, forced, timeout_seconds)
         except _ToolChoiceRefused:
             self._unforced.add(request.model)
-            log.warning("provider %s: a model refused toolChoice; offering it unforced", self._name)
+            log.warning(
+                "provider.request_form_weakened",
+                provider=self._name,
+                change="the answer tool offered unforced (the model refused toolChoice)",
+            )
             result = await self._converse(request, schema, tool, False, timeout_seconds)
         return self._response(request, result, tool=tool, wrapped=wrapped)
 

@@ -124,6 +124,8 @@ class HttpApi:
                     response = await self._client.send(request, stream=True)
                     try:
                         request_id[0] = response.headers.get(self._request_id_header)
+                        if sink is not None:  # the headers are the stream's first progress
+                            deadline.reschedule(loop.time() + timeout_seconds)
                         if response.status_code >= 300:
                             raise await self._refusal(response, request_id[0], hook)
                         if sink is not None and _is_event_stream(response):

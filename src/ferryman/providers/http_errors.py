@@ -51,7 +51,6 @@ _THROTTLE_TYPES = frozenset(
 # A 429 that waiting cannot mend: the account has no quota or credit left. Retrying
 # would only spend every queued job's attempts, so it is treated like a refused key.
 _ACCOUNT_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
-_SERVER_TYPES = frozenset({"api_error", "server_error", "internal_error", "overloaded"})
 # How much of an error body is read: error bodies are small; a proxy's HTML page is not.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 # Identifiers are echoed only when they look like identifiers.

@@ -21,11 +21,14 @@ generating.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-import logging
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+import structlog
 
 from ferryman.core.errors import ProviderServerError, SafetyRejectedError
 from ferryman.ports.provider import FinishReason, ModelResponse
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from ferryman.providers.http_errors import ErrorBody
     from ferryman.providers.sse import SseEvent
 
-log = logging.getLogger("ferryman.providers.openai")
+log = structlog.get_logger("ferryman.providers")
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 _LABEL = "openai"
@@ -62,6 +65,15 @@ class OutputMode(enum.IntEnum):
     JSON_SCHEMA = 0
     JSON_OBJECT = 1
     PROMPT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """The request settings a server may refuse, as one call sent them."""
+
+    mode: OutputMode
+    tokens_param: str
+    stream_options: bool
 
 
 class _AskAgain(Exception):  # a signal inside this module, never raised outside
@@ -93,19 +105,16 @@ class OpenAIProvider:
             transport=transport,
         )
         self._stream = stream
-        # What this server has shown it takes; only ever weakened, never strengthened.
-        self._mode = (
-            OutputMode.JSON_OBJECT
-            if structured_output == "json_object"
-            else (OutputMode.JSON_SCHEMA)
-        )
         host = urlsplit(base_url).hostname or ""
-        self._tokens_param = (
-            "max_completion_tokens"
-            if host.endswith(_COMPLETION_TOKENS_HOSTS) or host in _COMPLETION_TOKENS_HOSTS
-            else "max_tokens"
+        schema_mode = structured_output != "json_object"
+        # What this server has shown it takes; only ever weakened, never strengthened.
+        self._form = _Form(
+            mode=OutputMode.JSON_SCHEMA if schema_mode else OutputMode.JSON_OBJECT,
+            tokens_param=(
+                "max_completion_tokens" if host.endswith(_COMPLETION_TOKENS_HOSTS) else "max_tokens"
+            ),
+            stream_options=True,
         )
-        self._stream_options = True
 
     @property
     def name(self) -> str:
@@ -113,7 +122,7 @@ class OpenAIProvider:
 
     @property
     def output_mode(self) -> OutputMode:
-        return self._mode
+        return self._form.mode
 
     async def aclose(self) -> None:
         await self._api.aclose()
@@ -136,14 +145,14 @@ class OpenAIProvider:
         return f"{_LABEL} provider {self._name!r}"
 
     async def _invoke_once(self, request: ModelRequest, timeout_seconds: float) -> ModelResponse:
-        body = self._body(request)
+        form = self._form
         reader = _ChatReader(self._api_label)
         answer = await self._api.post(
             "chat/completions",
-            body,
+            self._body(request, form),
             timeout_seconds=timeout_seconds,
             sink=reader.feed if self._stream else None,
-            on_rejected=self._on_rejected,
+            on_rejected=functools.partial(self._on_rejected, form),
         )
         if answer.body is not None:
             reader.read_whole(answer.body, answer.request_id)
@@ -154,9 +163,9 @@ class OpenAIProvider:
             )
         return reader.response(request, answer)
 
-    def _body(self, request: ModelRequest) -> dict[str, Any]:
+    def _body(self, request: ModelRequest, form: _Form) -> dict[str, Any]:
         system = request.system
-        if self._mode is not OutputMode.JSON_SCHEMA:
+        if form.mode is not OutputMode.JSON_SCHEMA:
             system = with_instruction(system, schema_instruction(request.output_schema))
         messages: list[dict[str, str]] = []
         if system:
@@ -164,10 +173,10 @@ class OpenAIProvider:
         messages.append({"role": "user", "content": request.prompt})
         body: dict[str, Any] = {"model": request.model, "messages": messages}
         if request.max_tokens is not None:
-            body[self._tokens_param] = request.max_tokens
+            body[form.tokens_param] = request.max_tokens
         if request.temperature is not None:
             body["temperature"] = request.temperature
-        if self._mode is OutputMode.JSON_SCHEMA:
+        if form.mode is OutputMode.JSON_SCHEMA:
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
@@ -176,42 +185,48 @@ class OpenAIProvider:
                     "strict": strict_compatible(request.output_schema),
                 },
             }
-        elif self._mode is OutputMode.JSON_OBJECT:
+        elif form.mode is OutputMode.JSON_OBJECT:
             body["response_format"] = {"type": "json_object"}
         if self._stream:
             body["stream"] = True
-            if self._stream_options:
+            if form.stream_options:
                 body["stream_options"] = {"include_usage": True}
         return body
 
-    def _on_rejected(self, status: int, body: ErrorBody, text: str) -> Exception | None:
-        """Weaken the one setting a refusal names, if it names one we can do without."""
+    def _on_rejected(
+        self, sent: _Form, status: int, body: ErrorBody, text: str
+    ) -> Exception | None:
+        """Weaken the one setting a refusal names, if it names one we can do without.
+
+        ``sent`` is the form the refused call used: calls running at once that are all
+        refused for the same reason weaken the setting once, not once each.
+        """
         if status not in (400, 422):
             return None
         said = f"{body.param or ''} {body.code or ''} {text}"
         refused = any(word in said for word in _UNSUPPORTED_WORDS)
-        if self._stream and self._stream_options and "stream_options" in said:
-            self._stream_options = False
-            return self._weakened("stream_options left out")
-        if refused and self._tokens_param in said:
-            other = (
-                "max_tokens"
-                if self._tokens_param == "max_completion_tokens"
-                else ("max_completion_tokens")
-            )
-            self._tokens_param = other
-            return self._weakened(f"the output-token limit sent as {other}")
+        if self._stream and sent.stream_options and "stream_options" in said:
+            return self._weaken(stream_options=False)
+        if refused and sent.tokens_param in said:
+            other = "max_tokens" if sent.tokens_param != "max_tokens" else "max_completion_tokens"
+            return self._weaken(tokens_param=other)
         if ("response_format" in said or "json_schema" in said) and (
-            self._mode is not OutputMode.PROMPT
+            sent.mode is not OutputMode.PROMPT
         ):
-            self._mode = OutputMode(self._mode + 1)
-            return self._weakened(f"structured output now asked for as {self._mode.name}")
+            return self._weaken(mode=max(self._form.mode, OutputMode(sent.mode + 1)))
         return None
 
-    def _weakened(self, what: str) -> _AskAgain:
-        # Identifiers only: which provider, what changed. Never the request.
-        log.warning("provider %s refused a request form; %s", self._name, what)
-        return _AskAgain(what)
+    def _weaken(self, **change: Any) -> _AskAgain:
+        weaker = dataclasses.replace(self._form, **change)
+        if weaker != self._form:
+            self._form = weaker
+            # Identifiers only: which provider, what changed. Never the request.
+            log.warning(
+                "provider.request_form_weakened",
+                provider=self._name,
+                change=", ".join(f"{k}={getattr(weaker, k)!s}" for k in change),
+            )
+        return _AskAgain()
 
 
 @dataclass(slots=True)
@@ -236,7 +251,7 @@ class _ChatReader:
             self.done = True
             return
         chunk = json_event(event, self.label, None)
-        if "error" in chunk:
+        if chunk.get("error"):
             raise error_for_type(
                 parse_error_body(event.data.encode("utf-8"))[0],
                 provider=self.label,

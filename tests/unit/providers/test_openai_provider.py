@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import fake_openai as fake
@@ -315,3 +316,22 @@ async def test_check_reports_a_refused_key(openai_server, openai_provider):
 async def test_a_local_server_needs_no_key(openai_server, openai_provider):
     await openai_provider(api_key=None).invoke(classify_request(), timeout_seconds=5)
     assert "authorization" not in openai_server.headers[0]
+
+
+async def test_calls_refused_at_once_weaken_the_request_form_once(openai_server, openai_provider):
+    def no_json_schema(body):
+        if body.get("response_format", {}).get("type") == "json_schema":
+            return fake.error(400, "invalid_request_error", param="response_format")(body)
+        return fake.answer(VALID_TICKET)(body)
+
+    openai_server.default = no_json_schema
+    provider = openai_provider()
+    answers = await asyncio.gather(
+        *(provider.invoke(classify_request(), timeout_seconds=5) for _ in range(8))
+    )
+    assert all(json.loads(a.text) == json.loads(VALID_TICKET) for a in answers)
+    # Eight refusals of json_schema step down to json_object, not past it.
+    assert provider.output_mode is OutputMode.JSON_OBJECT
+    sent = [r.get("response_format", {}).get("type") for r in openai_server.requests]
+    assert sent.count("json_schema") == 8 and "json_object" in sent
+    assert None not in sent
