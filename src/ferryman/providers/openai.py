@@ -54,7 +54,8 @@ DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 _LABEL = "openai"
 _CHECK_TIMEOUT_SECONDS = 10.0
 # Hosts that know max_completion_tokens (and refuse max_tokens for reasoning models).
-_COMPLETION_TOKENS_HOSTS = ("api.openai.com", ".openai.azure.com")
+_AZURE_HOST = ".openai.azure.com"
+_COMPLETION_TOKENS_HOSTS = ("api.openai.com", _AZURE_HOST)
 _UNSUPPORTED_WORDS = ("unsupported", "not supported", "unrecognized", "extra inputs", "unknown")
 _FINISH = {"stop": FinishReason.COMPLETE, "length": FinishReason.LENGTH}
 
@@ -95,7 +96,10 @@ class OpenAIProvider:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._name = name
+        host = urlsplit(base_url).hostname or ""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if api_key and host.endswith(_AZURE_HOST):
+            headers["api-key"] = api_key  # Azure's own header, beside the bearer its v1 takes
         self._api = HttpApi(
             provider=f"{_LABEL} provider {name!r}",
             base_url=base_url,
@@ -105,7 +109,6 @@ class OpenAIProvider:
             transport=transport,
         )
         self._stream = stream
-        host = urlsplit(base_url).hostname or ""
         schema_mode = structured_output != "json_object"
         # What this server has shown it takes; only ever weakened, never strengthened.
         self._form = _Form(

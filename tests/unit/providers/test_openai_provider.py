@@ -8,6 +8,7 @@ import json
 import fake_openai as fake
 import httpx
 import pytest
+from asgi_streaming import StreamingASGITransport
 from sample_requests import SECRET_PROMPT, VALID_TICKET, classify_request
 
 from ferryman.core.errors import (
@@ -335,3 +336,13 @@ async def test_calls_refused_at_once_weaken_the_request_form_once(openai_server,
     sent = [r.get("response_format", {}).get("type") for r in openai_server.requests]
     assert sent.count("json_schema") == 8 and "json_object" in sent
     assert None not in sent
+
+
+async def test_azure_gets_its_key_header_and_max_completion_tokens(openai_server, openai_provider):
+    provider = openai_provider(
+        base_url="https://acme.openai.azure.com/openai/v1",
+        transport=StreamingASGITransport(openai_server.app(prefix="/openai/v1")),
+    )
+    await provider.invoke(classify_request(max_tokens=30), timeout_seconds=5)
+    assert openai_server.headers[0]["api-key"] == "sk-test-key"
+    assert openai_server.requests[0]["max_completion_tokens"] == 30
