@@ -33,6 +33,9 @@ from ferryman.engines import (
     sqlite_path,
 )
 from ferryman.observability import metrics
+from ferryman.providers.anthropic import DEFAULT_ANTHROPIC_BASE_URL, AnthropicProvider
+from ferryman.providers.bedrock import BedrockProvider, BedrockUnavailableError
+from ferryman.providers.openai import DEFAULT_OPENAI_BASE_URL, OpenAIProvider
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.catalog import ModelCatalog
@@ -245,9 +248,56 @@ def build_tasks(settings: Settings) -> TaskRegistry:
 
 
 def _provider(name: str, provider: ProviderSettings, settings: Settings) -> ModelProvider:
+    """One provider adapter from its ``[providers.NAME]`` table. A key is read from the
+    variable named by ``api_key_env`` now, so a missing one stops the process at start."""
     if provider.kind == SIM:
         return SimulatedProvider(name=name, scripts=settings.sim_scripts)
-    raise ConfigurationError(f"providers.{name}: kind {provider.kind!r} is not available yet")
+    if provider.kind == "openai":
+        # OpenAI itself needs a key (OPENAI_API_KEY unless named); a server at another
+        # base_url (Ollama, vLLM, ...) may need none.
+        default_env = None if provider.base_url else "OPENAI_API_KEY"
+        return OpenAIProvider(
+            name=name,
+            api_key=_api_key(name, provider, default_env=default_env),
+            base_url=provider.base_url or DEFAULT_OPENAI_BASE_URL,
+            structured_output=provider.structured_output,
+            stream=provider.stream,
+            max_connections=provider.max_concurrency,
+        )
+    if provider.kind == "anthropic":
+        key = _api_key(name, provider, default_env="ANTHROPIC_API_KEY")
+        assert key is not None  # a default variable is named, so a key was found
+        return AnthropicProvider(
+            name=name,
+            api_key=key,
+            base_url=provider.base_url or DEFAULT_ANTHROPIC_BASE_URL,
+            stream=provider.stream,
+            max_connections=provider.max_concurrency,
+        )
+    try:
+        return BedrockProvider(
+            name=name,
+            region=provider.region,
+            timeout_seconds=provider.timeout_seconds or settings.provider_timeout_seconds,
+            max_connections=provider.max_concurrency,
+        )
+    except BedrockUnavailableError as exc:
+        raise ConfigurationError(f"providers.{name}: {exc.message}") from None
+
+
+def _api_key(name: str, provider: ProviderSettings, *, default_env: str | None) -> str | None:
+    """The key from the variable ``api_key_env`` names (else ``default_env``); None when
+    neither names one. The key itself is never in a file, a message or a log."""
+    variable = provider.api_key_env or default_env
+    if variable is None:
+        return None
+    key = os.environ.get(variable, "").strip()
+    if not key:
+        raise ConfigurationError(
+            f"providers.{name}: the API key is read from the environment variable "
+            f"{variable}, which is not set (set it, or name another with api_key_env)"
+        )
+    return key
 
 
 @asynccontextmanager
@@ -264,6 +314,7 @@ async def open_runtime(
         try:
             yield runtime
         finally:
+            await runtime.catalog.aclose()
             if isinstance(runtime.results, FileResultStore):
                 await asyncio.to_thread(runtime.results.close)
 

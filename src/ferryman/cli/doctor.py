@@ -165,7 +165,10 @@ async def check_providers(settings: Settings) -> list[Check]:
     except FerrymanError as exc:
         return [_check("providers configured", "ferryman.toml", False, exc.message)]
     # The built-in simulated model needs no look; configured providers do.
-    reports = [r for r in await provider_reports(catalog) if r.name in settings.providers]
+    try:
+        reports = [r for r in await provider_reports(catalog) if r.name in settings.providers]
+    finally:
+        await catalog.aclose()
     return [
         _check(
             f"provider {report.name} reachable",

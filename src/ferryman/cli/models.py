@@ -32,7 +32,7 @@ def models(
         catalog = build_catalog(settings())
     except FerrymanError as exc:
         fail(exc.message)
-    reports = run(provider_reports(catalog)) if check else []
+    reports = run(_reports(catalog, check=check))
     if as_json:
         print_json(_as_json(catalog, reports))
     else:
@@ -40,6 +40,13 @@ def models(
         print_table(_providers_table(catalog, reports))
     if any(not report.ok for report in reports):
         raise typer.Exit(EXIT_FAILED)
+
+
+async def _reports(catalog: ModelCatalog, *, check: bool) -> list[ProviderReport]:
+    try:
+        return await provider_reports(catalog) if check else []
+    finally:
+        await catalog.aclose()
 
 
 def _as_json(catalog: ModelCatalog, reports: list[ProviderReport]) -> dict[str, Any]:

@@ -74,3 +74,7 @@ class ModelProvider(Protocol):
         """A cheap call that proves the provider is reachable and takes our key (the
         models endpoint, say). Raises the ProviderError that a real call would."""
         ...
+
+    async def aclose(self) -> None:
+        """Let go of connections and threads (the process is stopping)."""
+        ...

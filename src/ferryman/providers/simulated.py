@@ -92,6 +92,9 @@ class SimulatedProvider:
     async def check(self) -> None:
         """Always reachable: it is in this process."""
 
+    async def aclose(self) -> None:
+        """Nothing to let go of."""
+
     async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
         script = _Script.from_extras(request.extras) if self._scripts else _Script()
         entry = script.entry(request.attempt_no)

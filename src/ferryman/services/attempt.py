@@ -239,6 +239,8 @@ class AttemptRunner:
                 response = await self._invoke(provider, request)
             except ProviderError as exc:
                 result.error = exc
+                # The provider's id for the failed call: what its support asks for.
+                result.provider_request_id = exc.provider_request_id
                 if isinstance(exc, ThrottledError):
                     metrics.THROTTLES.labels(model=route.alias.name).inc()
                 if not exc.scripted:  # a client's script never steers the shared window

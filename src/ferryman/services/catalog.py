@@ -69,6 +69,10 @@ class ModelCatalog:
         chain = self.chain(alias)
         return self.route(chain[min(max(0, fallback_level), len(chain) - 1)])
 
+    async def aclose(self) -> None:
+        """Close every provider (their connections and threads)."""
+        await asyncio.gather(*(provider.aclose() for provider in self._providers.values()))
+
     def route(self, alias: str) -> Route:
         """The provider and model an alias means. Raises ProviderBadRequestError (a job
         stored under an alias this process no longer knows fails INVALID_REQUEST)."""

@@ -286,8 +286,16 @@ def test_a_claim_opens_the_attempt_numbered_by_the_new_fence(jobs: Jobs) -> None
 
     change = _claim(job)
 
+    # It carries whose job, which task and which model alias, for usage reports.
     assert change.opened == Attempt(
-        job_id=job.job_id, attempt_no=5, attempt_id="att_new", worker_id="w2", started_at=NOW
+        job_id=job.job_id,
+        attempt_no=5,
+        attempt_id="att_new",
+        worker_id="w2",
+        started_at=NOW,
+        tenant_id=job.tenant_id,
+        task=job.task,
+        model=job.model,
     )
     assert change.closed == ()
     [event] = change.events
