@@ -21,8 +21,8 @@ GENERATE = {"task": "generate", "input": {"prompt": "hi"}}
 
 def tamper(key: str) -> str:
     """The same key_id with a different secret."""
-    head, _, secret = key.rpartition("_")
-    return f"{head}_{'A' if secret[0] != 'A' else 'B'}{secret[1:]}"
+    prefix, key_id, secret = key.split("_", 2)  # the secret itself may contain "_"
+    return f"{prefix}_{key_id}_{'A' if secret[0] != 'A' else 'B'}{secret[1:]}"
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,12 @@ PROVIDER_WINDOW = Gauge(
     "Calls at once this process allows a (provider, model): the AIMD window.",
     ["provider", "model"],
 )
+PROVIDER_RATE = Gauge(
+    "ferryman_provider_rate",
+    "Requests per second this process paces a (provider, model) at, learned from its "
+    "throttles (0: not learned, not paced).",
+    ["provider", "model"],
+)
 PROVIDER_COST = Counter(
     "ferryman_model_cost_usd_total",
     "What model calls cost, from the alias's prices, by outcome of the attempt.",

@@ -2,8 +2,10 @@
 
 Each (provider, model) pair gets its own limiter, shared by every call of the
 process: a concurrency window that halves on THROTTLED and grows by about one per
-round trip (core.aimd), and, when the provider has them, requests-per-minute and
-tokens-per-minute budgets (core.ratelimit token buckets). A call waits for a slot
+round trip (core.aimd); a request rate learned from the throttles (core.adaptive_rate),
+which paces calls near a provider's requests-per-second limit without being told it;
+and, when the provider has them, requests-per-minute and tokens-per-minute budgets
+(core.ratelimit token buckets). A call waits for a slot
 and for its budgets before it is made, so a backlog shows up as queue depth, not as
 a wall of 429s that each burn an attempt. A throttle a client's script made up (the
 sim's) never narrows the window: it says nothing about the provider.
@@ -17,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ferryman.core.adaptive_rate import AdaptiveRate
 from ferryman.core.aimd import AimdWindow
 from ferryman.core.ratelimit import TokenBucket
 from ferryman.observability import metrics
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
 SECONDS_PER_MINUTE = 60.0
+# A learned rate lets this much of a second's calls go at once.
+_PACE_BURST_SECONDS = 0.05
 _MAX_BUDGET_WAITS = 1000
 
 
@@ -39,21 +44,26 @@ class CallBudget:
 
 @dataclass(slots=True)
 class Admission:
-    """One call let through: under which window epoch, with how many tokens reserved."""
+    """One call let through: under which epochs, with how many tokens reserved."""
 
     epoch: int
+    rate_epoch: int
     reserved_tokens: float
 
 
 class CallLimiter:
     def __init__(self, budget: CallBudget, *, provider: str, model: str) -> None:
         self.window = AimdWindow(maximum=float(max(1, budget.max_concurrency)))
+        self.learned = AdaptiveRate()
+        # Paces calls at the learned rate once there is one (50 ms worth at once).
+        self._pace = TokenBucket(rate_per_second=1.0, burst=1)
         self._requests = _per_minute_bucket(budget.requests_per_minute)
         self._tokens = _per_minute_bucket(budget.tokens_per_minute)
         self._active = 0
         self._changed = asyncio.Condition()
         self._gauge = metrics.PROVIDER_WINDOW.labels(provider=provider, model=model)
         self._gauge.set(self.window.permits)
+        self._rate_gauge = metrics.PROVIDER_RATE.labels(provider=provider, model=model)
 
     @property
     def active(self) -> int:
@@ -67,9 +77,13 @@ class CallLimiter:
             self._active += 1
             epoch = self.window.epoch
         try:
+            await _spend(self._paced(), 1.0)
             await _spend(self._requests, 1.0)
             await _spend(self._tokens, float(estimated_tokens))
-            yield Admission(epoch=epoch, reserved_tokens=float(estimated_tokens))
+            rate_epoch = self.learned.admitted(time.monotonic())
+            yield Admission(
+                epoch=epoch, rate_epoch=rate_epoch, reserved_tokens=float(estimated_tokens)
+            )
         finally:
             async with self._changed:
                 self._active -= 1
@@ -80,15 +94,29 @@ class CallLimiter:
     ) -> None:
         """How the call went: a throttle narrows the window (once per overload), a
         success widens it; the token budget learns what the call really used."""
+        now = time.monotonic()
         if self._tokens is not None and used_tokens is not None:
-            self._tokens.adjust(time.monotonic(), used_tokens - admission.reserved_tokens)
+            self._tokens.adjust(now, used_tokens - admission.reserved_tokens)
+        if throttled:
+            self.learned.on_throttle(now, admission.rate_epoch)
+        else:
+            self.learned.on_success(now)
         async with self._changed:
             if throttled:
                 self.window.on_throttle(admission.epoch)
             else:
                 self.window.on_success()
             self._gauge.set(self.window.permits)
+            self._rate_gauge.set(self.learned.rate or 0.0)
             self._changed.notify_all()
+
+    def _paced(self) -> TokenBucket | None:
+        rate = self.learned.rate
+        if rate is None:
+            return None
+        self._pace.rate_per_second = rate
+        self._pace.burst = max(1, int(rate * _PACE_BURST_SECONDS))
+        return self._pace
 
 
 class Limiters:

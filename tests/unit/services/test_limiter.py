@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ferryman.core.adaptive_rate import AdaptiveRate
 from ferryman.core.aimd import AimdWindow
 from ferryman.services.limiter import CallBudget, CallLimiter, Limiters, estimate_tokens
 
@@ -46,6 +47,7 @@ async def test_a_throttle_narrows_and_successes_widen_it_back():
         pass
     await limiter.record(admission, throttled=True)
     assert limiter.window.permits == 4
+    limiter.learned = AdaptiveRate()  # the window alone is under test: no pacing
     for _ in range(40):
         async with limiter.slot(estimated_tokens=1) as admission:
             pass
@@ -63,6 +65,29 @@ async def test_a_requests_per_minute_budget_paces_calls():
             pass
     # The first 10 pass at once; 5 more need half a second at 10 a second.
     assert time.monotonic() - started >= 0.4
+
+
+async def test_nothing_is_paced_until_a_throttle_then_calls_follow_the_learned_rate():
+    limiter = CallLimiter(CallBudget(max_concurrency=100), provider="p", model="m")
+    started = time.monotonic()
+    for _ in range(50):
+        async with limiter.slot(estimated_tokens=1) as admission:
+            pass
+        await limiter.record(admission, throttled=False)
+    assert limiter.learned.rate is None
+    assert time.monotonic() - started < 0.4  # no pace before the limit is known
+    async with limiter.slot(estimated_tokens=1) as admission:
+        pass
+    await limiter.record(admission, throttled=True)
+    # 51 calls went through in the last second: the rate is set a little under that.
+    assert limiter.learned.rate is not None
+    assert 30 <= limiter.learned.rate <= 50
+    started = time.monotonic()
+    for _ in range(20):
+        async with limiter.slot(estimated_tokens=1):
+            pass
+    # 20 calls at about 43 a second (a 50 ms burst at once) take close to half a second.
+    assert time.monotonic() - started >= 0.3
 
 
 def test_limiters_are_per_provider_and_model_and_no_wider_than_the_worker():

@@ -1,0 +1,133 @@
+"""core.adaptive_rate: a rate learned from throttles converges near the provider's limit."""
+
+from __future__ import annotations
+
+import collections
+import heapq
+
+import pytest
+
+from ferryman.core.adaptive_rate import AdaptiveRate
+from ferryman.core.ratelimit import TokenBucket
+
+
+def test_nothing_is_paced_until_the_first_throttle():
+    rate = AdaptiveRate()
+    for t in range(10):
+        rate.admitted(t / 10)
+        rate.on_success(t / 10)
+    assert rate.rate is None
+
+
+def test_the_first_throttle_sets_the_rate_under_what_was_being_sent():
+    rate = AdaptiveRate(decrease_factor=0.8)
+    epoch = 0
+    for n in range(100):  # 100 calls in the last second
+        epoch = rate.admitted(10.0 + n / 100)
+    assert rate.on_throttle(11.0, epoch) is True
+    assert rate.rate == pytest.approx(80.0, rel=0.02)
+
+
+def test_a_burst_of_throttles_lowers_the_rate_once():
+    rate = AdaptiveRate(decrease_factor=0.5, rate=100.0)
+    admitted = rate.admitted(0.0)
+    assert rate.on_throttle(1.0, admitted) is True
+    assert [rate.on_throttle(1.0, admitted) for _ in range(5)] == [False] * 5
+    assert rate.rate == 50.0
+
+
+def test_the_rate_climbs_back_fast_well_under_the_overload_and_gently_near_it():
+    rate = AdaptiveRate(increase_per_second=0.1, recovery_per_second=0.5, rate=100.0)
+    rate.on_throttle(0.0, rate.admitted(0.0))  # 85, under the 100 it was throttled at
+    assert (rate.rate, rate.ceiling) == (85.0, 100.0)
+    rate.on_success(0.1)
+    assert rate.rate == pytest.approx(85.0 * 1.5**0.1)  # recovering
+    rate.rate = 96.0  # near the ceiling now
+    rate.on_success(2.1)
+    assert rate.rate == pytest.approx(96.0 * 1.1**2)  # probing
+
+
+def test_a_trickle_rate_grows_by_at_least_the_floor():
+    rate = AdaptiveRate(increase_per_second=0.05, increase_floor_per_second=0.5, rate=1.0)
+    rate.on_throttle(0.0, rate.admitted(0.0))  # throttled at 1 a second: 0.85
+    rate.rate = 0.99  # near the ceiling, where 5% a second would be 0.05
+    rate.on_success(2.0)
+    assert rate.rate == pytest.approx(1.99)
+
+
+def test_an_overload_is_measured_by_what_the_provider_took():
+    rate = AdaptiveRate(decrease_factor=0.9)
+    for n in range(200):  # sending 200 a second ...
+        rate.admitted(5.0 + n / 200)
+    for n in range(50):  # ... of which it took 50
+        rate.on_success(5.0 + n / 50)
+    rate.on_throttle(6.0, 0)
+    assert rate.rate == pytest.approx(45.0, rel=0.05)
+
+
+def test_throttles_right_after_a_decrease_are_its_echo():
+    rate = AdaptiveRate(rate=100.0, quiet_seconds=1.0)
+    rate.on_throttle(10.0, rate.epoch)
+    assert rate.on_throttle(10.5, rate.admitted(10.2)) is False
+    assert rate.on_throttle(11.5, rate.admitted(11.2)) is True
+
+
+def test_the_rate_never_falls_below_its_minimum():
+    rate = AdaptiveRate(decrease_factor=0.5, minimum=2.0, rate=3.0)
+    for t in range(5):
+        rate.on_throttle(float(t), rate.epoch)
+    assert rate.rate == 2.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"decrease_factor": 1.0},
+        {"increase_per_second": 0},
+        {"increase_per_second": 0.5, "recovery_per_second": 0.1},
+        {"minimum": 0},
+        {"increase_floor_per_second": -1},
+    ],
+)
+def test_nonsense_is_refused(bad):
+    with pytest.raises(ValueError):
+        AdaptiveRate(**bad)
+
+
+@pytest.mark.parametrize("limit", [20, 100, 400])
+def test_against_a_provider_limiting_requests_per_second_the_rate_converges_near_it(limit):
+    """A simulated minute: the client sends as fast as it is let; the provider answers
+    429 above ``limit`` requests in any second, after 50 ms either way."""
+    latency, step, duration = 0.05, 0.001, 60.0
+    rate = AdaptiveRate()
+    bucket = TokenBucket(rate_per_second=10_000, burst=1)
+    accepted: collections.deque[float] = collections.deque()
+    answers: list[tuple[float, bool, int]] = []  # (when, throttled, admitted epoch)
+    counts = collections.Counter()
+    now = 0.0
+    while now < duration:
+        while answers and answers[0][0] <= now:
+            at, throttled, epoch = heapq.heappop(answers)
+            if throttled:
+                rate.on_throttle(at, epoch)
+            else:
+                rate.on_success(at)
+        if rate.rate is not None:  # as services/limiter.py paces: 50 ms worth at once
+            bucket.rate_per_second = rate.rate
+            bucket.burst = max(1, int(rate.rate * 0.05))
+        if bucket.take(now) == 0:
+            epoch = rate.admitted(now)
+            while accepted and accepted[0] <= now - 1.0:
+                accepted.popleft()
+            throttled = len(accepted) >= limit
+            if not throttled:
+                accepted.append(now)
+            if now >= 10.0:  # after learning
+                counts["throttled" if throttled else "ok"] += 1
+            heapq.heappush(answers, (now + latency, throttled, epoch))
+        now += step
+
+    goodput = counts["ok"] / (limit * (duration - 10.0))
+    throttled_share = counts["throttled"] / (counts["ok"] + counts["throttled"])
+    assert goodput >= 0.9, goodput
+    assert throttled_share <= 0.05, throttled_share
