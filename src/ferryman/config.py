@@ -80,6 +80,10 @@ class ProviderSettings(BaseModel):
     api_key_env: str | None = None
     # Calls at once to this provider from one worker process (the AIMD window's ceiling).
     max_concurrency: int = Field(default=64, ge=1)
+    # Calls at once when a worker starts; the window doubles each round trip from
+    # there until the first throttle (slow start). Unset: 8, or for the sim (a test
+    # double with no limit to find) max_concurrency.
+    start_concurrency: int | None = Field(default=None, ge=1)
     # Optional budgets per worker process; unset, only the AIMD window paces calls.
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)

@@ -42,7 +42,7 @@ from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, TenantQuotas
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
-from ferryman.services.limiter import CallBudget
+from ferryman.services.limiter import DEFAULT_START_CONCURRENCY, CallBudget
 from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
 from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH_SIZE
@@ -158,14 +158,7 @@ class Runtime:
             max_receives=s.max_receives,
             tenant_max_share=s.tenant_max_share,
             cancel_check_seconds=s.cancel_check_seconds,
-            budgets={
-                name: CallBudget(
-                    max_concurrency=provider.max_concurrency,
-                    requests_per_minute=provider.requests_per_minute,
-                    tokens_per_minute=provider.tokens_per_minute,
-                )
-                for name, provider in s.providers.items()
-            },
+            budgets=call_budgets(s),
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
@@ -283,6 +276,28 @@ def _provider(name: str, provider: ProviderSettings, settings: Settings) -> Mode
         )
     except BedrockUnavailableError as exc:
         raise ConfigurationError(f"providers.{name}: {exc.message}") from None
+
+
+def call_budgets(settings: Settings) -> dict[str, CallBudget]:
+    """Each configured provider's limits, as every worker process applies them."""
+    return {
+        name: CallBudget(
+            max_concurrency=provider.max_concurrency,
+            requests_per_minute=provider.requests_per_minute,
+            tokens_per_minute=provider.tokens_per_minute,
+            start_concurrency=_start_concurrency(provider),
+        )
+        for name, provider in settings.providers.items()
+    }
+
+
+def _start_concurrency(provider: ProviderSettings) -> int | None:
+    """A real provider's window opens at a few calls and doubles each round trip (a
+    fresh worker should not open with its whole concurrency of 429s); the sim has no
+    limit to find."""
+    if provider.start_concurrency is not None:
+        return provider.start_concurrency
+    return None if provider.kind == "sim" else DEFAULT_START_CONCURRENCY
 
 
 def _api_key(name: str, provider: ProviderSettings, *, default_env: str | None) -> str | None:

@@ -9,7 +9,8 @@ import pytest
 from ferryman.config import Settings
 from ferryman.core.errors import InvalidRequestError
 from ferryman.services.intake import SubmitRequest
-from ferryman.wiring import open_runtime
+from ferryman.services.limiter import DEFAULT_START_CONCURRENCY, CallBudget
+from ferryman.wiring import call_budgets, open_runtime
 
 
 async def test_unknown_model_is_refused_at_intake(tmp_path: Path) -> None:
@@ -24,3 +25,26 @@ async def test_unknown_model_is_refused_at_intake(tmp_path: Path) -> None:
             )
         assert raised.value.errors[0]["loc"] == ["body", "model"]
         assert (await runtime.store.list_jobs(tenant_id=None)).jobs == []
+
+
+def test_real_providers_open_their_window_narrow_and_the_sim_does_not() -> None:
+    settings = Settings.model_validate(
+        {
+            "providers": {
+                "local": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1"},
+                "known": {
+                    "kind": "openai",
+                    "base_url": "http://127.0.0.1:1/v1",
+                    "max_concurrency": 200,
+                    "start_concurrency": 100,
+                    "requests_per_minute": 600,
+                },
+                "double": {"kind": "sim"},
+            }
+        }
+    )
+    assert call_budgets(settings) == {
+        "local": CallBudget(max_concurrency=64, start_concurrency=DEFAULT_START_CONCURRENCY),
+        "known": CallBudget(max_concurrency=200, requests_per_minute=600, start_concurrency=100),
+        "double": CallBudget(max_concurrency=64, start_concurrency=None),
+    }

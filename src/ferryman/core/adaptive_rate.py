@@ -6,7 +6,7 @@ concurrency. Halving concurrency on each throttle makes throughput saw between h
 and all of the limit (three quarters on average, and a throttle at every peak).
 Pacing by rate instead, and probing gently, keeps close to the limit: until the first
 throttle nothing is paced; at an overload the rate is set a little
-(``decrease_factor``) under what the provider took in the last second, once per
+(``decrease_factor``) under what the provider accepted in the last second, once per
 overload however many calls it throttled; then it grows back, fast while well under
 that mark and by ``increase_per_second`` of itself per second near it. The rate
 hovers between ``decrease_factor`` and 1 of the limit: above 90% of it on average
@@ -47,7 +47,7 @@ class AdaptiveRate:
     # The rate at which the last overload happened: growth slows as it comes near.
     ceiling: float | None = None
     _admitted: collections.deque[float] = field(default_factory=collections.deque)
-    _succeeded: collections.deque[float] = field(default_factory=collections.deque)
+    _throttled: collections.deque[float] = field(default_factory=collections.deque)
     _raised_at: float | None = None
     _quiet_until: float = float("-inf")
 
@@ -72,21 +72,25 @@ class AdaptiveRate:
         self._forget_before(now - _MEASURE_SECONDS)
         return len(self._admitted) / _MEASURE_SECONDS
 
-    def success_rate(self, now: float) -> float:
-        """Calls that went through in the last second: what the provider took."""
+    def accepted_rate(self, now: float) -> float:
+        """An estimate of what the provider accepted in the last second: the calls
+        admitted less those it throttled. Throttles come back at once and successes
+        only after the call's latency, so counting successes would see the calls of a
+        latency ago (a fraction of the rate, in a worker still speeding up)."""
         self._forget_before(now - _MEASURE_SECONDS)
-        return len(self._succeeded) / _MEASURE_SECONDS
+        return max(len(self._admitted) - len(self._throttled), 0) / _MEASURE_SECONDS
 
     def on_throttle(self, now: float, admitted_in_epoch: int) -> bool:
         """Lower the rate, unless the call was admitted before the last lowering or the
         last lowering is too recent (the same overload). True if it lowered."""
+        self._throttled.append(now)
         if admitted_in_epoch < self.epoch or now < self._quiet_until:
             return False
-        # What the provider took in the last second is the best guess at its limit;
-        # with nothing taken, the rate we were at is all there is to go on.
-        taken = self.success_rate(now)
+        # What the provider accepted in the last second is the best guess at its
+        # limit; with nothing accepted, the rate we were at is all there is to go on.
+        accepted = self.accepted_rate(now)
         sent = self.sending_rate(now) if self.rate is None else self.rate
-        base = min(taken, sent) if taken > 0 else sent
+        base = min(accepted, sent) if accepted > 0 else sent
         self.ceiling = base
         self.rate = max(self.minimum, base * self.decrease_factor)
         self.epoch += 1
@@ -98,7 +102,6 @@ class AdaptiveRate:
         """Raise a known rate for the time since the last change: fast while well below
         the last overload's rate, gently near it (nothing while the limit is unknown:
         nothing is paced then)."""
-        self._succeeded.append(now)
         if self.rate is None or self._raised_at is None:
             return
         elapsed = max(0.0, now - self._raised_at)
@@ -111,6 +114,6 @@ class AdaptiveRate:
         self._raised_at = now
 
     def _forget_before(self, cutoff: float) -> None:
-        for times in (self._admitted, self._succeeded):
+        for times in (self._admitted, self._throttled):
             while times and times[0] < cutoff:
                 times.popleft()

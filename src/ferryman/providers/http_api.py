@@ -4,8 +4,11 @@ Both HTTP providers post a JSON body and read either one JSON answer or a stream
 server-sent events. What differs (paths, headers, bodies, how an answer is read) stays
 in the provider; what is the same lives here:
 
-- One ``httpx.AsyncClient`` per provider, so calls reuse connections. Tests pass an
-  ``httpx`` transport (an ASGI app) instead of the network.
+- Keep-alive clients per provider, so calls reuse connections: one ``httpx.AsyncClient``
+  per ``CONNECTIONS_PER_CLIENT`` connections, each call on the least busy. httpcore's
+  pool looks at every one of its connections (a socket poll each) for every request,
+  so one pool of 200 connections costs milliseconds of CPU per call; shards of 16 keep
+  that small. Tests pass an ``httpx`` transport (an ASGI app) instead of the network.
 - A non-streamed call is bounded as a whole by the timeout. A streamed call is bounded
   by the time *between* events: a long generation keeps proving progress, a stalled
   one is caught. Both are enforced here with ``asyncio.timeout`` as well as httpx's
@@ -17,6 +20,7 @@ in the provider; what is the same lives here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,9 +41,10 @@ from ferryman.providers.http_errors import (
 from ferryman.providers.sse import SseEvent, sse_events
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 _DEFAULT_TIMEOUT_SECONDS = 60.0
+CONNECTIONS_PER_CLIENT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +69,23 @@ class HttpApi:
     ) -> None:
         self._provider = provider
         self._request_id_header = request_id_header
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/") + "/",
-            headers=dict(headers),
-            transport=transport,
-            timeout=_DEFAULT_TIMEOUT_SECONDS,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            # Redirects are not part of these APIs; following one could resend the key.
-            follow_redirects=False,
-        )
+        self._clients = [
+            httpx.AsyncClient(
+                base_url=base_url.rstrip("/") + "/",
+                headers=dict(headers),
+                transport=transport,
+                timeout=_DEFAULT_TIMEOUT_SECONDS,
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                # Redirects are not part of these APIs; following one could resend the key.
+                follow_redirects=False,
+            )
+            for size in shard_sizes(max_connections)
+        ]
+        self._busy = [0] * len(self._clients)  # calls under way on each client
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
     async def get(self, path: str, *, timeout_seconds: float) -> Answer:
         """GET a JSON document (the models list), the whole call bounded."""
@@ -112,43 +120,53 @@ class HttpApi:
         sink: Callable[[SseEvent], None] | None,
         hook: Callable[[int, ErrorBody, str], Exception | None] | None,
     ) -> Answer:
-        request_id: list[str | None] = [None]
-        loop = asyncio.get_running_loop()
-        timeouts = httpx.Timeout(timeout_seconds)
-        try:
-            with transport_errors(self._provider, request_id):
-                async with asyncio.timeout(timeout_seconds) as deadline:
-                    request = self._client.build_request(
-                        method, path.lstrip("/"), json=body, timeout=timeouts
-                    )
-                    response = await self._client.send(request, stream=True)
-                    try:
-                        request_id[0] = response.headers.get(self._request_id_header)
-                        if sink is not None:  # the headers are the stream's first progress
-                            deadline.reschedule(loop.time() + timeout_seconds)
-                        if response.status_code >= 300:
-                            raise await self._refusal(response, request_id[0], hook)
-                        if sink is not None and _is_event_stream(response):
-                            async for event in sse_events(response.aiter_lines()):
-                                # Progress: the silence allowed starts again.
+        with self._least_busy() as client:
+            request_id: list[str | None] = [None]
+            loop = asyncio.get_running_loop()
+            timeouts = httpx.Timeout(timeout_seconds)
+            try:
+                with transport_errors(self._provider, request_id):
+                    async with asyncio.timeout(timeout_seconds) as deadline:
+                        request = client.build_request(
+                            method, path.lstrip("/"), json=body, timeout=timeouts
+                        )
+                        response = await client.send(request, stream=True)
+                        try:
+                            request_id[0] = response.headers.get(self._request_id_header)
+                            if sink is not None:  # the headers are the stream's first progress
                                 deadline.reschedule(loop.time() + timeout_seconds)
-                                sink(event)
-                            return Answer(request_id[0], None)
-                        raw = await response.aread()
-                    except ProviderError as exc:
-                        # Raised while reading the answer: it names the provider's request.
-                        if exc.provider_request_id is None:
-                            exc.provider_request_id = request_id[0]
-                        raise
-                    finally:
-                        await response.aclose()
-        except TimeoutError:
-            what = "between two parts of its answer" if sink else "within the timeout"
-            raise ProviderTimeoutError(
-                f"{self._provider} did not answer {what} ({timeout_seconds:g} s)",
-                provider_request_id=request_id[0],
-            ) from None
-        return Answer(request_id[0], _json_object(raw, self._provider, request_id[0]))
+                            if response.status_code >= 300:
+                                raise await self._refusal(response, request_id[0], hook)
+                            if sink is not None and _is_event_stream(response):
+                                async for event in sse_events(response.aiter_lines()):
+                                    # Progress: the silence allowed starts again.
+                                    deadline.reschedule(loop.time() + timeout_seconds)
+                                    sink(event)
+                                return Answer(request_id[0], None)
+                            raw = await response.aread()
+                        except ProviderError as exc:
+                            # Raised while reading the answer: it names the provider's request.
+                            if exc.provider_request_id is None:
+                                exc.provider_request_id = request_id[0]
+                            raise
+                        finally:
+                            await response.aclose()
+            except TimeoutError:
+                what = "between two parts of its answer" if sink else "within the timeout"
+                raise ProviderTimeoutError(
+                    f"{self._provider} did not answer {what} ({timeout_seconds:g} s)",
+                    provider_request_id=request_id[0],
+                ) from None
+            return Answer(request_id[0], _json_object(raw, self._provider, request_id[0]))
+
+    @contextlib.contextmanager
+    def _least_busy(self) -> Iterator[httpx.AsyncClient]:
+        shard = self._busy.index(min(self._busy))
+        self._busy[shard] += 1
+        try:
+            yield self._clients[shard]
+        finally:
+            self._busy[shard] -= 1
 
     async def _refusal(
         self,
@@ -173,6 +191,14 @@ class HttpApi:
             retry_after=retry_after,
         )
         return error
+
+
+def shard_sizes(max_connections: int) -> list[int]:
+    """How ``max_connections`` is split between clients of at most
+    ``CONNECTIONS_PER_CLIENT`` each, as evenly as it goes."""
+    shards = max(1, -(-max_connections // CONNECTIONS_PER_CLIENT))
+    base, extra = divmod(max(1, max_connections), shards)
+    return [base + 1 if i < extra else base for i in range(shards)]
 
 
 def _is_event_stream(response: httpx.Response) -> bool:

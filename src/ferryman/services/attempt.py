@@ -244,7 +244,11 @@ class AttemptRunner:
                 if isinstance(exc, ThrottledError):
                     metrics.THROTTLES.labels(model=route.alias.name).inc()
                 if not exc.scripted:  # a client's script never steers the shared window
-                    await limiter.record(admission, throttled=isinstance(exc, ThrottledError))
+                    await limiter.record(
+                        admission,
+                        throttled=isinstance(exc, ThrottledError),
+                        retry_after_seconds=exc.retry_after_seconds,
+                    )
                 return
             finally:
                 elapsed = time.perf_counter() - started

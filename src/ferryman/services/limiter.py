@@ -1,8 +1,9 @@
 """How many calls, and how fast, a worker process makes to one (provider, model).
 
 Each (provider, model) pair gets its own limiter, shared by every call of the
-process: a concurrency window that halves on THROTTLED and grows by about one per
-round trip (core.aimd); a request rate learned from the throttles (core.adaptive_rate),
+process: a concurrency window that opens narrow and doubles each round trip until
+the first throttle, then halves on THROTTLED and grows by about one per round trip
+(core.aimd); a request rate learned from the throttles (core.adaptive_rate),
 which paces calls near a provider's requests-per-second limit without being told it;
 and, when the provider has them, requests-per-minute and tokens-per-minute budgets
 (core.ratelimit token buckets). A call waits for a slot
@@ -28,8 +29,18 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
 SECONDS_PER_MINUTE = 60.0
+# Where a real provider's window opens, unless its configuration says otherwise.
+DEFAULT_START_CONCURRENCY = 8
 # A learned rate lets this much of a second's calls go at once.
 _PACE_BURST_SECONDS = 0.05
+# The window a learned rate needs: rate x latency (Little's law), with headroom for
+# latencies that vary.
+_WINDOW_HEADROOM = 1.25
+# Weight of the newest call in the running mean of call latency.
+_LATENCY_WEIGHT = 0.2
+# A throttle's Retry-After holds every call to the provider, up to this long (a longer
+# wait is asked again by the next throttle; each job's own retry honours all of it).
+_MAX_HOLD_SECONDS = 60.0
 _MAX_BUDGET_WAITS = 1000
 
 
@@ -40,6 +51,8 @@ class CallBudget:
     max_concurrency: int = 64
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    # Calls at once before the window has grown (slow start); None: max_concurrency.
+    start_concurrency: int | None = None
 
 
 @dataclass(slots=True)
@@ -49,17 +62,26 @@ class Admission:
     epoch: int
     rate_epoch: int
     reserved_tokens: float
+    # How many times the window had filled up before this call went out.
+    fills: int
+    started_at: float
 
 
 class CallLimiter:
     def __init__(self, budget: CallBudget, *, provider: str, model: str) -> None:
-        self.window = AimdWindow(maximum=float(max(1, budget.max_concurrency)))
+        maximum = max(1, budget.max_concurrency)
+        start = min(maximum, budget.start_concurrency or maximum)
+        self.window = AimdWindow(maximum=float(maximum), start=float(start))
         self.learned = AdaptiveRate()
         # Paces calls at the learned rate once there is one (50 ms worth at once).
         self._pace = TokenBucket(rate_per_second=1.0, burst=1)
         self._requests = _per_minute_bucket(budget.requests_per_minute)
         self._tokens = _per_minute_bucket(budget.tokens_per_minute)
-        self._active = 0
+        self._active = 0  # calls holding a place in the window
+        self._calling = 0  # of those, calls past every budget: at the provider
+        self._fills = 0  # times a call going out found every other place taken
+        self._latency: float | None = None  # running mean of a successful call, seconds
+        self._hold_until = 0.0  # monotonic time before which no call goes out
         self._changed = asyncio.Condition()
         self._gauge = metrics.PROVIDER_WINDOW.labels(provider=provider, model=model)
         self._gauge.set(self.window.permits)
@@ -71,44 +93,94 @@ class CallLimiter:
 
     @contextlib.asynccontextmanager
     async def slot(self, *, estimated_tokens: int) -> AsyncIterator[Admission]:
-        """Wait for a place in the window and for the request and token budgets."""
+        """Wait for a place in the window, then for the learned pace and the request
+        and token budgets (last, so calls leave at the pace, not in bursts)."""
         async with self._changed:
             await self._changed.wait_for(lambda: self._active < self.window.permits)
             self._active += 1
             epoch = self.window.epoch
         try:
+            await self._wait_out_hold()
             await _spend(self._paced(), 1.0)
             await _spend(self._requests, 1.0)
             await _spend(self._tokens, float(estimated_tokens))
-            rate_epoch = self.learned.admitted(time.monotonic())
-            yield Admission(
-                epoch=epoch, rate_epoch=rate_epoch, reserved_tokens=float(estimated_tokens)
-            )
+            fills = self._fills
+            self._calling += 1
+            if self._calling >= self.window.permits:
+                self._fills += 1
+            now = time.monotonic()
+            try:
+                yield Admission(
+                    epoch=epoch,
+                    rate_epoch=self.learned.admitted(now),
+                    reserved_tokens=float(estimated_tokens),
+                    fills=fills,
+                    started_at=now,
+                )
+            finally:
+                self._calling -= 1
         finally:
             async with self._changed:
                 self._active -= 1
                 self._changed.notify_all()
 
     async def record(
-        self, admission: Admission, *, throttled: bool, used_tokens: int | None = None
+        self,
+        admission: Admission,
+        *,
+        throttled: bool,
+        used_tokens: int | None = None,
+        retry_after_seconds: float | None = None,
     ) -> None:
-        """How the call went: a throttle narrows the window (once per overload), a
-        success widens it; the token budget learns what the call really used."""
+        """How the call went. A throttle lowers the learned rate and a success raises
+        it. The window follows only calls during which it filled up (every place
+        taken by a call at the provider), as TCP grows only a window it uses: when the
+        pace holds calls back instead, the window was not what overloaded the provider
+        (narrowing it too would cut throughput twice for one overload), nor is a
+        success a reason to widen a window nobody waits for. The token budget learns
+        what the call really used. A throttle that says when to come back (Retry-After)
+        holds every call until then: the provider has said the calls in between would
+        be refused."""
         now = time.monotonic()
+        if throttled and retry_after_seconds is not None and retry_after_seconds > 0:
+            hold = min(retry_after_seconds, _MAX_HOLD_SECONDS)
+            self._hold_until = max(self._hold_until, now + hold)
         if self._tokens is not None and used_tokens is not None:
             self._tokens.adjust(now, used_tokens - admission.reserved_tokens)
         if throttled:
             self.learned.on_throttle(now, admission.rate_epoch)
         else:
             self.learned.on_success(now)
+            self._note_latency(now - admission.started_at)
         async with self._changed:
-            if throttled:
-                self.window.on_throttle(admission.epoch)
-            else:
+            holding_back = self._fills > admission.fills
+            if holding_back and throttled:
+                self.window.on_throttle(admission.epoch, floor=self._window_for_rate())
+            elif holding_back:
                 self.window.on_success()
             self._gauge.set(self.window.permits)
             self._rate_gauge.set(self.learned.rate or 0.0)
             self._changed.notify_all()
+
+    async def _wait_out_hold(self) -> None:
+        # Again after each wait: another throttle may have moved the hold on meanwhile.
+        for _ in range(_MAX_BUDGET_WAITS):
+            wait = self._hold_until - time.monotonic()
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
+
+    def _note_latency(self, seconds: float) -> None:
+        if self._latency is None:
+            self._latency = seconds
+        else:
+            self._latency += _LATENCY_WEIGHT * (seconds - self._latency)
+
+    def _window_for_rate(self) -> float:
+        """The calls at once the learned rate needs at the calls' usual latency."""
+        if self.learned.rate is None or self._latency is None:
+            return 0.0
+        return self.learned.rate * self._latency * _WINDOW_HEADROOM
 
     def _paced(self) -> TokenBucket | None:
         rate = self.learned.rate
@@ -136,6 +208,7 @@ class Limiters:
                 max_concurrency=min(budget.max_concurrency, self._max_concurrency),
                 requests_per_minute=budget.requests_per_minute,
                 tokens_per_minute=budget.tokens_per_minute,
+                start_concurrency=budget.start_concurrency,
             )
             limiter = self._limiters[(provider, model)] = CallLimiter(
                 capped, provider=provider, model=model

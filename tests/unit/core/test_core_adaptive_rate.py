@@ -55,14 +55,33 @@ def test_a_trickle_rate_grows_by_at_least_the_floor():
     assert rate.rate == pytest.approx(1.99)
 
 
-def test_an_overload_is_measured_by_what_the_provider_took():
+def test_an_overload_is_measured_by_what_the_provider_accepted():
     rate = AdaptiveRate(decrease_factor=0.9)
+    epoch = 0
     for n in range(200):  # sending 200 a second ...
-        rate.admitted(5.0 + n / 200)
-    for n in range(50):  # ... of which it took 50
-        rate.on_success(5.0 + n / 50)
-    rate.on_throttle(6.0, 0)
-    assert rate.rate == pytest.approx(45.0, rel=0.05)
+        epoch = rate.admitted(5.0 + n / 200)
+    for n in range(149):  # ... of which 150 came back throttled at once: it accepted 50
+        rate.on_throttle(5.0 + n / 150, epoch - 1)  # (admitted earlier: no decrease yet)
+    assert rate.on_throttle(5.999, epoch) is True
+    assert rate.rate == pytest.approx(45.0)
+    assert rate.accepted_rate(5.999) == 50.0
+
+
+def test_successes_do_not_measure_an_overload_since_they_lag_by_the_latency():
+    rate = AdaptiveRate(decrease_factor=0.5)
+    for n in range(80):  # 80 calls in the last second, none answered yet
+        rate.admitted(1.0 + n / 80)
+    rate.on_success(1.9)
+    assert rate.on_throttle(1.99, rate.epoch) is True
+    assert rate.rate == pytest.approx(39.5)  # half of the 79 it accepted, not of 1
+
+
+def test_a_provider_that_accepted_nothing_halves_the_rate_it_was_at():
+    rate = AdaptiveRate(decrease_factor=0.5, rate=40.0)
+    for n in range(10):
+        rate.on_throttle(0.5, rate.admitted(0.4 + n / 100) - 1)
+    assert rate.on_throttle(0.6, rate.epoch) is True
+    assert rate.rate == 20.0
 
 
 def test_throttles_right_after_a_decrease_are_its_echo():
@@ -95,10 +114,14 @@ def test_nonsense_is_refused(bad):
 
 
 @pytest.mark.parametrize("limit", [20, 100, 400])
-def test_against_a_provider_limiting_requests_per_second_the_rate_converges_near_it(limit):
+@pytest.mark.parametrize(("latency", "throttle_latency"), [(0.05, 0.05), (0.3, 0.002)])
+def test_against_a_provider_limiting_requests_per_second_the_rate_converges_near_it(
+    limit, latency, throttle_latency
+):
     """A simulated minute: the client sends as fast as it is let; the provider answers
-    429 above ``limit`` requests in any second, after 50 ms either way."""
-    latency, step, duration = 0.05, 0.001, 60.0
+    429 above ``limit`` requests in any second (after ``throttle_latency``), and
+    accepted calls after ``latency``."""
+    step, duration = 0.001, 60.0
     rate = AdaptiveRate()
     bucket = TokenBucket(rate_per_second=10_000, burst=1)
     accepted: collections.deque[float] = collections.deque()
@@ -124,7 +147,8 @@ def test_against_a_provider_limiting_requests_per_second_the_rate_converges_near
                 accepted.append(now)
             if now >= 10.0:  # after learning
                 counts["throttled" if throttled else "ok"] += 1
-            heapq.heappush(answers, (now + latency, throttled, epoch))
+            answered = now + (throttle_latency if throttled else latency)
+            heapq.heappush(answers, (answered, throttled, epoch))
         now += step
 
     goodput = counts["ok"] / (limit * (duration - 10.0))

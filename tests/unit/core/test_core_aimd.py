@@ -20,12 +20,57 @@ def test_a_given_starting_limit_is_kept() -> None:
     assert AimdWindow(maximum=8, limit=3.0).limit == 3.0
 
 
+def test_a_window_that_starts_narrow_doubles_each_round_trip_until_its_maximum() -> None:
+    window = AimdWindow(maximum=20, start=4)
+    assert (window.permits, window.slow_start) == (4, True)
+    for _ in range(4):  # one round trip of 4 calls
+        window.on_success()
+    assert window.limit == 8.0
+    for _ in range(8):
+        window.on_success()
+    assert window.limit == 16.0
+    for _ in range(5):
+        window.on_success()
+    assert (window.limit, window.slow_start) == (20.0, False)
+    window.on_throttle()
+    window.on_success()
+    assert window.limit == 10.0 + 1 / 10  # back to about one per round trip
+
+
+def test_the_first_throttle_ends_slow_start() -> None:
+    window = AimdWindow(maximum=64, start=8)
+    for _ in range(8):
+        window.on_success()
+    assert window.on_throttle(window.epoch) is True
+    assert (window.limit, window.slow_start) == (8.0, False)
+    window.on_success()
+    assert window.limit == 8.0 + 1 / 8
+
+
+def test_a_window_that_starts_at_its_maximum_has_no_slow_start() -> None:
+    assert AimdWindow(maximum=8, start=8).slow_start is False
+    assert AimdWindow(maximum=8).slow_start is False
+
+
 def test_a_throttle_halves_the_window() -> None:
     window = AimdWindow(maximum=16)
     window.on_throttle()
     assert window.limit == 8.0
     window.on_throttle()
     assert window.limit == 4.0
+
+
+def test_a_floor_keeps_the_window_from_narrowing_below_what_a_rate_needs() -> None:
+    window = AimdWindow(maximum=64)
+    assert window.on_throttle(floor=50.0) is True
+    assert (window.limit, window.epoch) == (50.0, 1)
+    window.on_throttle(floor=10.0)
+    assert window.limit == 25.0  # a floor under the halving changes nothing
+    window.on_throttle(floor=40.0)
+    assert window.limit == 25.0  # nor does it ever widen the window
+    window = AimdWindow(maximum=8)
+    window.on_throttle(floor=100.0)
+    assert window.limit == 8.0  # and it is bounded by the maximum
 
 
 def test_the_decrease_factor_is_configurable() -> None:
@@ -83,10 +128,13 @@ def test_permits_are_the_whole_part_of_the_window() -> None:
 
 @given(
     maximum=st.integers(min_value=1, max_value=64),
+    start_share=st.floats(min_value=0.0, max_value=1.0),
     events=st.lists(st.booleans(), max_size=60),
 )
-def test_the_window_stays_within_its_bounds(maximum: int, events: list[bool]) -> None:
-    window = AimdWindow(maximum=maximum)
+def test_the_window_stays_within_its_bounds(
+    maximum: int, start_share: float, events: list[bool]
+) -> None:
+    window = AimdWindow(maximum=maximum, start=max(1.0, maximum * start_share))
     for throttled in events:
         if throttled:
             window.on_throttle()
@@ -98,6 +146,7 @@ def test_the_window_stays_within_its_bounds(maximum: int, events: list[bool]) ->
 
 BOUNDS = "need 1 <= minimum <= maximum"
 FACTOR = "decrease_factor must be within (0, 1)"
+START = "need minimum <= start <= maximum"
 
 
 @pytest.mark.parametrize(
@@ -110,6 +159,8 @@ FACTOR = "decrease_factor must be within (0, 1)"
         ({"maximum": 4, "decrease_factor": 1.0}, FACTOR),
         ({"maximum": 4, "decrease_factor": -0.5}, FACTOR),
         ({"maximum": 4, "decrease_factor": 1.5}, FACTOR),
+        ({"maximum": 4, "start": 5}, START),
+        ({"maximum": 4, "minimum": 2, "start": 1}, START),
     ],
 )
 def test_nonsense_windows_are_refused(kwargs: dict[str, Any], message: str) -> None:
@@ -126,6 +177,8 @@ def test_nonsense_windows_are_refused(kwargs: dict[str, Any], message: str) -> N
         {"maximum": 4, "minimum": 1},
         {"maximum": 4, "decrease_factor": 0.01},
         {"maximum": 4, "decrease_factor": 0.99},
+        {"maximum": 4, "start": 4},
+        {"maximum": 4, "minimum": 2, "start": 2},
     ],
 )
 def test_the_edges_of_the_valid_settings_are_accepted(kwargs: dict[str, Any]) -> None:
