@@ -99,18 +99,66 @@ def test_the_rate_never_falls_below_its_minimum():
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "message"),
     [
-        {"decrease_factor": 1.0},
-        {"increase_per_second": 0},
-        {"increase_per_second": 0.5, "recovery_per_second": 0.1},
-        {"minimum": 0},
-        {"increase_floor_per_second": -1},
+        ({"decrease_factor": 1.0}, "decrease_factor must be within (0, 1)"),
+        ({"decrease_factor": 0.0}, "decrease_factor must be within (0, 1)"),
+        ({"increase_per_second": 0}, "need 0 < increase_per_second <= recovery_per_second"),
+        (
+            {"increase_per_second": 0.5, "recovery_per_second": 0.1},
+            "need 0 < increase_per_second <= recovery_per_second",
+        ),
+        ({"minimum": 0}, "minimum must be positive"),
+        ({"increase_floor_per_second": -1}, "increase_floor_per_second must not be negative"),
     ],
 )
-def test_nonsense_is_refused(bad):
-    with pytest.raises(ValueError):
+def test_nonsense_is_refused(bad, message):
+    with pytest.raises(ValueError) as refused:
         AdaptiveRate(**bad)
+    assert str(refused.value) == message
+
+
+def test_the_edges_of_the_valid_settings_are_accepted():
+    AdaptiveRate(increase_per_second=0.2, recovery_per_second=0.2)
+    AdaptiveRate(increase_floor_per_second=0.0)
+
+
+def test_each_decrease_starts_a_new_epoch():
+    rate = AdaptiveRate(rate=100.0, quiet_seconds=1.0)
+    assert rate.on_throttle(0.0, rate.epoch) is True
+    assert rate.epoch == 1
+    assert rate.on_throttle(1.0, rate.epoch) is True  # quiet ends at exactly 1.0
+    assert rate.epoch == 2
+
+
+def test_a_rate_given_before_any_change_is_not_grown_by_successes():
+    rate = AdaptiveRate(rate=50.0)  # e.g. restored: nothing known of when it was set
+    rate.on_success(10.0)
+    assert rate.rate == 50.0
+
+
+def test_at_exactly_the_near_mark_the_rate_probes_gently():
+    rate = AdaptiveRate(increase_per_second=0.1, recovery_per_second=0.5, rate=100.0)
+    rate.on_throttle(0.0, rate.admitted(0.0))  # ceiling: 1 accepted a second, rate 0.85
+    rate.ceiling = 100.0
+    rate.rate = 95.0  # exactly 0.95 of the ceiling
+    rate.on_success(1.0)
+    assert rate.rate == pytest.approx(95.0 * 1.1)
+
+
+def test_a_provider_that_accepted_one_call_sets_the_rate_under_one():
+    rate = AdaptiveRate(decrease_factor=0.5)
+    rate.admitted(0.1)
+    epoch = rate.admitted(0.2)
+    assert rate.on_throttle(0.3, epoch) is True  # 2 admitted, 1 throttled: 1 accepted
+    assert rate.rate == 0.5
+
+
+def test_the_measure_keeps_calls_exactly_one_second_old():
+    rate = AdaptiveRate()
+    rate.admitted(5.0)
+    assert rate.sending_rate(6.0) == 1.0
+    assert rate.sending_rate(6.001) == 0.0
 
 
 @pytest.mark.parametrize("limit", [20, 100, 400])

@@ -55,9 +55,9 @@ def test_a_window_that_starts_at_its_maximum_has_no_slow_start() -> None:
 def test_a_throttle_halves_the_window() -> None:
     window = AimdWindow(maximum=16)
     window.on_throttle()
-    assert window.limit == 8.0
+    assert (window.limit, window.epoch) == (8.0, 1)
     window.on_throttle()
-    assert window.limit == 4.0
+    assert (window.limit, window.epoch) == (4.0, 2)  # each narrowing, its own epoch
 
 
 def test_a_floor_keeps_the_window_from_narrowing_below_what_a_rate_needs() -> None:

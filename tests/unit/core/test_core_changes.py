@@ -408,6 +408,7 @@ def test_succeed_publishes_and_closes_the_attempt_with_its_report(jobs: Jobs) ->
     assert change.after.status is JobStatus.SUCCEEDED
     assert change.after.result_ref == "ref-1"
     assert change.after.error is None
+    assert change.after.updated_at == NOW
     assert change.closed == (ending(),)
     [event] = change.events
     assert event.kind is EventKind.SUCCEEDED
@@ -436,6 +437,23 @@ def test_schedule_retry_says_when_and_why(jobs: Jobs) -> None:
     assert change.backlog_delta == 0
 
 
+def test_a_retry_on_a_fallback_model_starts_its_budgets_afresh(jobs: Jobs) -> None:
+    job = jobs.owned(failure_count=4, invalid_output_count=1, fallback_level=1)
+
+    change = changes.schedule_retry(
+        job,
+        attempt_id=OWNER,
+        now=NOW,
+        not_before=NOW,
+        error=INVALID,
+        report=REPORT,
+        fall_back_to="backup",
+    )
+
+    after = change.after
+    assert (after.failure_count, after.invalid_output_count, after.fallback_level) == (0, 0, 2)
+
+
 @pytest.mark.parametrize(
     ("error", "failures", "invalid_outputs"),
     [(TRANSIENT, 2, 0), (INVALID, 2, 1), (DELIVERY, 1, 0)],
@@ -449,7 +467,7 @@ def test_fail_spends_the_model_budgets_only_for_a_model_failure(
     change = changes.fail(job, attempt_id=OWNER, now=NOW, error=error, report=REPORT)
 
     after = change.after
-    assert (after.status, after.error) == (JobStatus.FAILED, error)
+    assert (after.status, after.error, after.updated_at) == (JobStatus.FAILED, error, NOW)
     assert (after.failure_count, after.invalid_output_count) == (failures, invalid_outputs)
     assert change.closed == (ending(),)
     [event] = change.events
@@ -704,6 +722,11 @@ def test_a_replay_records_who_and_why_and_sends_a_message_where_the_engine_can(
         assert change.after.dispatch_state is DispatchState.PENDING
     assert change.enqueue is dispatched
     assert change.backlog_delta == 1
+
+
+def test_a_replay_starts_again_on_the_jobs_own_model(jobs: Jobs) -> None:
+    job = dataclasses.replace(jobs.failed(), fallback_level=2)
+    assert rules.replay(job, now=NOW).fallback_level == 0
 
 
 def test_replay_of_a_model_failure_needs_include_failed(jobs: Jobs) -> None:

@@ -38,6 +38,17 @@ def test_a_clock_stepping_back_mints_no_tokens() -> None:
     assert bucket.take(T0 + 11.0) == 0.0
 
 
+def test_adjust_spends_or_gives_back_after_the_fact_never_above_the_burst() -> None:
+    bucket = TokenBucket(rate_per_second=1.0, burst=10)
+    assert bucket.take(T0, 4.0) == 0.0  # 6 left
+    bucket.adjust(T0, 3.0)  # the call used 3 more than it reserved
+    assert bucket.remaining == 3
+    bucket.adjust(T0 + 2.0, -100.0)  # two seconds refilled first, then a refund: capped
+    assert bucket.remaining == 10
+    bucket.adjust(T0 + 2.0, 15.0)  # into debt: 5 short, so 6 seconds until one token
+    assert bucket.take(T0 + 2.0) == pytest.approx(6.0)
+
+
 @pytest.mark.parametrize(
     ("rate", "burst", "message"),
     [

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ferryman.core.errors import FailureClass
-from ferryman.core.retry import RETRYABLE, RetryPolicy, decide
+from ferryman.core.retry import RETRYABLE, RetryDecision, RetryPolicy, decide
 
 NON_RETRYABLE = [c for c in FailureClass if c not in RETRYABLE]
 RETRYING = [FailureClass.THROTTLED, FailureClass.TRANSIENT, FailureClass.INVALID_OUTPUT]
@@ -249,3 +249,58 @@ def test_the_first_failure_waits_at_most_the_initial_interval() -> None:
     policy = RetryPolicy(initial_interval_seconds=3, backoff_coefficient=5)
     assert policy.backoff_ceiling_seconds(1) == 3
     assert policy.backoff_ceiling_seconds(2) == 15
+
+
+def test_an_input_too_long_for_the_model_moves_to_the_fallback_at_once() -> None:
+    policy = RetryPolicy(max_attempts=5)
+    moved = decide(
+        policy,
+        failure_class=FailureClass.INVALID_REQUEST,
+        failures=1,
+        invalid_outputs=0,
+        has_fallback=True,
+        context_too_long=True,
+    )
+    assert moved == RetryDecision(retry=True, reason="fallback", fall_back=True)
+    # Any other refused request is not the fallback's business; nor is one with no fallback.
+    other = decide(
+        policy,
+        failure_class=FailureClass.INVALID_REQUEST,
+        failures=1,
+        invalid_outputs=0,
+        has_fallback=True,
+    )
+    assert other == RetryDecision(retry=False, reason="not_retryable")
+    alone = decide(
+        policy,
+        failure_class=FailureClass.INVALID_REQUEST,
+        failures=1,
+        invalid_outputs=0,
+        context_too_long=True,
+    )
+    assert alone == RetryDecision(retry=False, reason="not_retryable")
+
+
+def test_a_model_throttled_past_its_budget_hands_the_job_to_its_fallback() -> None:
+    policy = RetryPolicy(max_attempts=3)
+    handed_on = decide(
+        policy,
+        failure_class=FailureClass.THROTTLED,
+        failures=3,
+        invalid_outputs=0,
+        retry_after_seconds=60.0,
+        has_fallback=True,
+    )
+    assert handed_on == RetryDecision(retry=True, reason="fallback", fall_back=True)
+    for failure_class, has_fallback in [
+        (FailureClass.THROTTLED, False),
+        (FailureClass.TRANSIENT, True),
+    ]:
+        spent = decide(
+            policy,
+            failure_class=failure_class,
+            failures=3,
+            invalid_outputs=0,
+            has_fallback=has_fallback,
+        )
+        assert spent == RetryDecision(retry=False, reason="attempts_exhausted")
