@@ -16,7 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 from ferryman.core.errors import InvalidRequestError
 from ferryman.http.auth import Admin, app_deps
 from ferryman.http.bodies import openapi_body, read_body
-from ferryman.http.views import iso
+from ferryman.http.timestamps import rfc3339
 from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
 from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
 
@@ -42,9 +42,9 @@ def key_body(record: ApiKeyRecord, now: float) -> dict[str, Any]:
         "tenant_id": record.tenant_id,
         "admin": record.admin,
         "status": str(key_state(record, now)),
-        "created_at": iso(record.created_at),
-        "expires_at": iso(record.expires_at),
-        "revoked_at": iso(record.revoked_at),
+        "created_at": rfc3339(record.created_at),
+        "expires_at": rfc3339(record.expires_at),
+        "revoked_at": rfc3339(record.revoked_at),
         "revoked_by": record.revoked_by,
     }
 

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from ferryman.core.errors import InvalidRequestError
 from ferryman.core.models import usd
 from ferryman.http.auth import Admin, Tenant, app_deps
-from ferryman.http.views import JsonBody, iso
+from ferryman.http.timestamps import epoch_seconds, rfc3339
+from ferryman.http.views import JsonBody
 from ferryman.ports.store import UsageGroup
 
 if TYPE_CHECKING:
@@ -36,7 +36,10 @@ async def tenant_usage(
     group_by: GroupBy = UsageGroup.DAY,
 ) -> JsonBody:
     report = await app_deps(request).usage.report(
-        principal.tenant_id, group_by=group_by, start=_epoch(start), end=_epoch(to)
+        principal.tenant_id,
+        group_by=group_by,
+        start=epoch_seconds(start, loc=["query", "from"]),
+        end=epoch_seconds(to, loc=["query", "to"]),
     )
     return JsonBody(_report_body(report))
 
@@ -51,24 +54,18 @@ async def admin_usage(
     group_by: GroupBy = UsageGroup.DAY,
 ) -> JsonBody:
     report = await app_deps(request).usage.report(
-        tenant, group_by=group_by, start=_epoch(start), end=_epoch(to)
+        tenant,
+        group_by=group_by,
+        start=epoch_seconds(start, loc=["query", "from"]),
+        end=epoch_seconds(to, loc=["query", "to"]),
     )
     return JsonBody({"tenant_id": tenant, **_report_body(report)})
 
 
-def _epoch(moment: datetime | None) -> float | None:
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        msg = "a time needs its UTC offset (RFC 3339), like 2026-11-30T00:00:00Z"
-        raise InvalidRequestError(msg, errors=[{"loc": ["query"], "msg": msg}])
-    return moment.timestamp()
-
-
 def _report_body(report: UsageReport) -> dict[str, Any]:
     return {
-        "from": iso(report.start),
-        "to": iso(report.end),
+        "from": rfc3339(report.start),
+        "to": rfc3339(report.end),
         "group_by": str(report.group_by),
         "data": [{str(report.group_by): row.key, **_row_body(row)} for row in report.rows],
         "total": _row_body(report.total),
