@@ -24,6 +24,7 @@ from starlette.middleware import Middleware
 from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
+from ferryman.http.openapi import install_openapi
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
 from ferryman.http.routes import admin, admin_jobs, health, jobs, keys, tasks, usage
 
@@ -108,4 +109,5 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(health.router)
     tasks.install(app, deps.tasks)
+    install_openapi(app, deps.tasks)
     return app

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ferryman.core.errors import AuthenticationError, ForbiddenError
 from ferryman.http.context import request_info
@@ -27,12 +28,23 @@ if TYPE_CHECKING:
 _MAX_TOKEN_CHARS = 512
 
 
+# Declares the scheme in the OpenAPI document (so Swagger's Authorize button works) on
+# every route that authenticates; the header itself is read by _bearer_token below,
+# which also bounds its length and answers a problem rather than FastAPI's own 403.
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearerAuth",
+    description="An API key (`ferryman keys create`), as `Authorization: Bearer <key>`.",
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+
+
 def app_deps(request: Request) -> AppDeps:
     deps: AppDeps = request.app.state.deps
     return deps
 
 
-async def authenticated(request: Request) -> Principal:
+async def authenticated(request: Request, _scheme: Credentials) -> Principal:
     deps = app_deps(request)
     principal = await deps.api_keys.authenticate(_bearer_token(request))
     info = request_info(request)

@@ -13,9 +13,11 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 
-from ferryman.core.errors import InvalidRequestError
+from ferryman.core.errors import ApiKeyNotFoundError, InvalidRequestError, LastAdminKeyError
 from ferryman.http.auth import Admin, app_deps
-from ferryman.http.bodies import openapi_body, read_body
+from ferryman.http.bodies import read_body
+from ferryman.http.openapi import Access, operation
+from ferryman.http.schemas import ApiKeyList, CreatedApiKey, RevokedApiKey
 from ferryman.http.timestamps import rfc3339
 from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
 from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
@@ -49,7 +51,12 @@ def key_body(record: ApiKeyRecord, now: float) -> dict[str, Any]:
     }
 
 
-@router.get("")
+@router.get(
+    "",
+    **operation(
+        "listApiKeys", ApiKeyList, access=Access.ADMIN, params=True, summary="List API keys"
+    ),
+)
 async def list_keys(
     request: Request,
     principal: Admin,
@@ -61,7 +68,20 @@ async def list_keys(
     return JSONResponse({"data": [key_body(record, now) for record in records]})
 
 
-@router.post("", status_code=201, openapi_extra=openapi_body(KeyRequest))
+@router.post(
+    "",
+    **operation(
+        "createApiKey",
+        CreatedApiKey,
+        access=Access.ADMIN,
+        status=201,
+        body=KeyRequest,
+        summary="Create an API key (its secret is shown once)",
+        response_headers={
+            "Cache-Control": {"description": "no-store", "schema": {"type": "string"}}
+        },
+    ),
+)
 async def create_key(request: Request, principal: Admin) -> JSONResponse:
     body = await read_body(request, KeyRequest)
     api_keys = app_deps(request).api_keys
@@ -86,7 +106,17 @@ def _expiry(body: KeyRequest, now: float) -> float | None:
     return None
 
 
-@router.post("/{key_id}/revoke")
+@router.post(
+    "/{key_id}/revoke",
+    **operation(
+        "revokeApiKey",
+        RevokedApiKey,
+        access=Access.ADMIN,
+        params=True,
+        summary="Revoke an API key",
+        errors=(ApiKeyNotFoundError, LastAdminKeyError),
+    ),
+)
 async def revoke_key(
     request: Request,
     principal: Admin,

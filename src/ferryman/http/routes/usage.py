@@ -9,6 +9,9 @@ from fastapi import APIRouter, Query, Request
 
 from ferryman.core.models import usd
 from ferryman.http.auth import Admin, Tenant, app_deps
+from ferryman.http.openapi import Access, operation
+from ferryman.http.schemas import TenantUsageReport
+from ferryman.http.schemas import UsageReport as UsageReportBody
 from ferryman.http.timestamps import epoch_seconds, rfc3339
 from ferryman.http.views import JsonBody
 from ferryman.ports.store import UsageGroup
@@ -27,7 +30,16 @@ To = Annotated[datetime | None, Query(description="RFC 3339 end, exclusive (defa
 GroupBy = Annotated[UsageGroup, Query(description="day (UTC), model (alias) or task")]
 
 
-@router.get("/v1/usage")
+@router.get(
+    "/v1/usage",
+    **operation(
+        "getUsage",
+        UsageReportBody,
+        access=Access.TENANT,
+        params=True,
+        summary="Your usage and cost",
+    ),
+)
 async def tenant_usage(
     request: Request,
     principal: Tenant,
@@ -44,7 +56,17 @@ async def tenant_usage(
     return JsonBody(_report_body(report))
 
 
-@router.get("/v1/admin/usage")
+@router.get(
+    "/v1/admin/usage",
+    **operation(
+        "getTenantUsage",
+        TenantUsageReport,
+        access=Access.ADMIN,
+        params=True,
+        summary="Any tenant's usage and cost, or every tenant's",
+    ),
+    tags=["operations"],
+)
 async def admin_usage(
     request: Request,
     principal: Admin,
