@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ferryman.core.errors import AuthenticationError, ForbiddenError
+from ferryman.core.errors import AuthenticationError, ForbiddenError, InvalidRequestError
 from ferryman.http.context import request_info
 from ferryman.http.errors import RateLimitedError
 from ferryman.http.rate_limit import Budget
@@ -55,7 +55,20 @@ async def authenticated(request: Request, _scheme: Credentials) -> Principal:
         info.response_headers.extend(quota.headers())
         if not quota.allowed:
             raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
+    # Here rather than before: an anonymous caller learns nothing about validation.
+    refuse_repeated_query(request)
     return principal
+
+
+def refuse_repeated_query(request: Request) -> None:
+    """Every query parameter of this API takes one value: one given twice is refused
+    (422) rather than read as whichever came last."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            msg = f"the query parameter {name!r} is given more than once"
+            raise InvalidRequestError(msg, errors=[{"loc": ["query", name], "msg": msg}])
+        seen.add(name)
 
 
 async def admin(principal: Annotated[Principal, Depends(authenticated)]) -> Principal:

@@ -91,7 +91,7 @@ TRACEPARENT = {
         "W3C Trace Context: the job's model calls join this trace. A malformed value is "
         "ignored (a new trace starts), as the W3C specification asks."
     ),
-    "schema": {"type": "string", "maxLength": 512},
+    "schema": {"type": "string"},
 }
 CORRELATION_ID = {
     "name": CORRELATION_HEADER,
@@ -242,8 +242,11 @@ def operation(
 # --- the document -------------------------------------------------------------------
 
 
-def install_openapi(app: FastAPI, registry: TaskRegistry | None) -> None:
-    """Finish the app's document when it is first generated (FastAPI caches it)."""
+def install_openapi(
+    app: FastAPI, registry: TaskRegistry | None, *, models: list[str] | None = None
+) -> None:
+    """Finish the app's document when it is first generated (FastAPI caches it).
+    ``models``: the model names a submission may name (None: any)."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -251,7 +254,7 @@ def install_openapi(app: FastAPI, registry: TaskRegistry | None) -> None:
             document = generate()
             _add_problem_components(document)
             if registry is not None:
-                describe_task_bodies(document, registry)
+                describe_task_bodies(document, registry, models=models)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -11,16 +11,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from ferryman.core.errors import ApiKeyNotFoundError, InvalidRequestError, LastAdminKeyError
 from ferryman.http.auth import Admin, app_deps
 from ferryman.http.bodies import read_body
 from ferryman.http.openapi import Access, operation
 from ferryman.http.schemas import ApiKeyList, CreatedApiKey, RevokedApiKey
-from ferryman.http.timestamps import rfc3339
+from ferryman.http.timestamps import epoch_seconds, rfc3339
 from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
-from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
+from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, TENANT_PATTERN, key_state
 
 router = APIRouter(prefix="/v1/admin/keys", tags=["operations"])
 
@@ -30,10 +30,12 @@ KEY_ID_PATTERN = r"^[0-9a-f]{12}$"
 class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tenant: str = Field(min_length=1, max_length=64)
+    # The pattern is checked by ApiKeys (its message names the rule); here it is shown.
+    tenant: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": TENANT_PATTERN})
     admin: StrictBool = False
     # At most one of the two; neither: the key never expires.
-    expires_at: AwareDatetime | None = None
+    # RFC 3339 with its offset (read by http/timestamps.py, which refuses anything else).
+    expires_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     expires_in_seconds: float | None = Field(default=None, gt=0, le=MAX_KEY_LIFETIME_SECONDS)
 
 
@@ -100,7 +102,7 @@ def _expiry(body: KeyRequest, now: float) -> float | None:
         msg = "give expires_at or expires_in_seconds, not both"
         raise InvalidRequestError(msg, errors=[{"loc": ["body", "expires_at"], "msg": msg}])
     if body.expires_at is not None:
-        return body.expires_at.timestamp()
+        return epoch_seconds(body.expires_at, loc=["body", "expires_at"])
     if body.expires_in_seconds is not None:
         return now + body.expires_in_seconds
     return None

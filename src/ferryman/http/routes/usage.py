@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -22,11 +21,23 @@ if TYPE_CHECKING:
 
 router = APIRouter(tags=["usage"])
 
+# Strings read by http/timestamps.py, so a time is RFC 3339 (with its offset) and
+# nothing else: not an epoch number, not a time without an offset.
 From = Annotated[
-    datetime | None,
-    Query(alias="from", description="RFC 3339 start (default: 30 days before `to`)"),
+    str | None,
+    Query(
+        alias="from",
+        description="RFC 3339 start, offset included (default: 30 days before `to`)",
+        json_schema_extra={"format": "date-time"},
+    ),
 ]
-To = Annotated[datetime | None, Query(description="RFC 3339 end, exclusive (default: now)")]
+To = Annotated[
+    str | None,
+    Query(
+        description="RFC 3339 end, exclusive, offset included (default: now)",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
 GroupBy = Annotated[UsageGroup, Query(description="day (UTC), model (alias) or task")]
 
 
