@@ -1,14 +1,21 @@
-"""A bounded schemathesis run over the app's own OpenAPI document: no input a
-client can send is a server error (no 5xx).
+"""Bounded schemathesis runs over the app's own OpenAPI document.
 
-The cases (valid and invalid, per schemathesis's positive and negative modes) go
-in-process through httpx.ASGITransport to the app exactly as `ferryman serve` builds
-it, on one event loop kept for the whole run (the SQLite engine is bound to it).
+``test_every_answer_matches_the_document``: the document a real ``ferryman serve``
+serves, checked against what that server does, over every route, with every check
+schemathesis has: no 5xx, status codes, content types, bodies and response headers
+as documented, invalid requests refused, valid ones accepted, authentication
+enforced (its probes resend without the key). Real HTTP, so the probes reach the
+server as the cases do. The only refusals of schema-valid requests tolerated are
+the rules a JSON Schema cannot state (RELATIONS below), each by the field it names.
+
+``test_no_submitted_text_is_a_server_error``: submissions with any text at all, in
+process through httpx.ASGITransport to the app as ``ferryman serve`` builds it, on
+one event loop kept for the whole run (the SQLite engine is bound to it).
+
 Deterministic (derandomized, no example database) and a few hundred examples, so
-it takes seconds and fails the same way on every machine.
-
-Pausing intake is left out: its 503 is the documented answer of an operator's
-switch, and a paused fuzz run would explore nothing else.
+each takes seconds and fails the same way on every machine. Pausing intake is left
+out: its 503 is the documented answer of an operator's switch, and a paused run
+would explore nothing else.
 """
 
 from __future__ import annotations

@@ -321,3 +321,19 @@ async def test_list_accepts_the_limit_bounds(http_client: httpx.AsyncClient) -> 
     for limit in (1, 200):
         response = await http_client.get("/v1/generations", params={"limit": limit})
         assert response.status_code == 200
+
+
+async def test_a_query_parameter_given_twice_is_refused_not_guessed(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    http_problem: ProblemCheck,
+) -> None:
+    app = http_stack.app()
+    url = "/v1/generations?limit=1&limit=200"
+    problem = http_problem(
+        await http_open_client(app, http_keys.acme).get(url), 422, "invalid_request"
+    )
+    assert problem["errors"][0]["loc"] == ["query", "limit"]
+    # Authentication first: an anonymous caller learns nothing about validation.
+    http_problem(await http_open_client(app).get(url), 401, "unauthenticated")
