@@ -123,5 +123,5 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(health.router)
     tasks.install(app, deps.tasks)
-    install_openapi(app, deps.tasks, models=deps.intake.model_names())
+    install_openapi(app, deps.tasks, models=lambda: deps.intake.model_names())
     return app

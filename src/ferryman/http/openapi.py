@@ -46,7 +46,7 @@ from ferryman.http.errors import (
 from ferryman.http.schemas import Problem
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from fastapi import FastAPI
     from pydantic import BaseModel
@@ -243,10 +243,13 @@ def operation(
 
 
 def install_openapi(
-    app: FastAPI, registry: TaskRegistry | None, *, models: list[str] | None = None
+    app: FastAPI,
+    registry: TaskRegistry | None,
+    *,
+    models: Callable[[], list[str] | None] = lambda: None,
 ) -> None:
     """Finish the app's document when it is first generated (FastAPI caches it).
-    ``models``: the model names a submission may name (None: any)."""
+    ``models``: the model names a submission may name (None: any), asked then."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -254,7 +257,7 @@ def install_openapi(
             document = generate()
             _add_problem_components(document)
             if registry is not None:
-                describe_task_bodies(document, registry, models=models)
+                describe_task_bodies(document, registry, models=models())
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]
