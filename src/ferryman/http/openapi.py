@@ -81,7 +81,13 @@ IDEMPOTENCY_KEY = {
         "the same job (Idempotent-Replayed: true); with a different request, 422 "
         "idempotency_key_mismatch. 1-255 printable ASCII characters, else 400."
     ),
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[\x21-\x7e]+$"},
+    # Printable ASCII, spaces inside only (HTTP strips them at either end).
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": r"^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$",
+    },
 }
 TRACEPARENT = {
     "name": "traceparent",
