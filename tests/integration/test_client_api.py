@@ -72,7 +72,9 @@ async def test_without_a_key_each_submit_is_a_new_job(client_for: AsyncClient) -
     assert first.job_id != second.job_id
 
 
-async def test_a_reused_key_with_another_request_raises_the_problem(client_for: AsyncClient) -> None:
+async def test_a_reused_key_with_another_request_raises_the_problem(
+    client_for: AsyncClient,
+) -> None:
     await client_for.submit("generate", {"prompt": "a"}, idempotency_key="k-2")
     with pytest.raises(ClientError) as caught:
         await client_for.submit("generate", {"prompt": "b"}, idempotency_key="k-2")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
