@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
-import click
 import typer
 from rich.console import Console
 from rich.measure import Measurement
@@ -96,11 +95,9 @@ def needs_server(command: Callable[P, T]) -> Callable[P, T]:
             missing = (exc.name or "").partition(".")[0]
             if not missing or missing == "ferryman":
                 raise
-            context = click.get_current_context(silent=True)
-            name = context.command_path if context else command.__name__
             fail(
-                f"this command ({name}) runs ferryman's server side, whose dependencies are "
-                f"not installed (no module named {missing!r}): {SERVER_EXTRA_HINT}",
+                "this command runs ferryman's server side, whose dependencies are not "
+                f"installed (no module named {missing!r}); install them with: {SERVER_EXTRA_HINT}",
                 EXIT_USAGE,
             )
 

@@ -10,10 +10,10 @@ so on stderr. stdout carries only what the command returns.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from rich.text import Text
 
@@ -81,7 +81,7 @@ JsonOption = Annotated[
     bool, typer.Option("--json", help="Print the API's JSON instead of a table.")
 ]
 JobIdArgument = Annotated[str, typer.Argument(help="The job id (gen_...).", show_default=False)]
-_HOW_TO_CHANGE = "pass --url or set FERRYMAN_URL to use another address"
+_HOW_TO_CHANGE = "Pass --url or set FERRYMAN_URL to use another address."
 # After the first "lost the API", a reminder at most this often while retries go on.
 _REMIND_EVERY_SECONDS = 5.0
 
@@ -166,32 +166,30 @@ def _client(url: str | None, api_key: str | None, retry_for: float) -> Client:
             "(create one with `ferryman keys create --tenant NAME`)",
             EXIT_USAGE,
         )
-    return Client(
+    client = Client(
         url or s.url,
         key,
         retry_budget_seconds=retry_for,
         wait_for_server=False,
         on_retry=_Retries(),
     )
+    return client
 
 
-def _url_source() -> str:
+def _url_source(url: str) -> str:
     """Where the address came from, to say in an error."""
-    context = click.get_current_context(silent=True)
-    source = context.get_parameter_source("url") if context else None
-    if source is click.core.ParameterSource.COMMANDLINE:
-        return "from --url"
-    if source is click.core.ParameterSource.ENVIRONMENT:
+    if url.rstrip("/") == os.environ.get("FERRYMAN_URL", "").rstrip("/"):
         return "from FERRYMAN_URL"
-    return "the default"
+    if url.rstrip("/") == DEFAULT_URL:
+        return "the default address"
+    return "from --url or ferryman.toml"
 
 
 def _explain(exc: ClientError) -> str:
     if isinstance(exc, UnreachableError):
         return (
-            f"cannot reach ferryman at {exc.url} ({_url_source()}): "
-            f"{exc.message.rpartition(': ')[2]}. Is the server running (`ferryman serve`)? "
-            f"{_HOW_TO_CHANGE}"
+            f"cannot reach ferryman at {exc.url} ({_url_source(exc.url)}): {exc.reason}. "
+            f"Is the server running (`ferryman serve`)? {_HOW_TO_CHANGE}"
         )
     if exc.status is None:
         return exc.message

@@ -62,9 +62,10 @@ class UnreachableError(ClientError):
 
     code = "unreachable"
 
-    def __init__(self, message: str, *, url: str) -> None:
+    def __init__(self, message: str, *, url: str, reason: str) -> None:
         super().__init__(message, code=type(self).code)
         self.url = url
+        self.reason = reason  # the network error: "ConnectError", "ReadTimeout", ...
 
 
 class WaitTimeoutError(ClientError):

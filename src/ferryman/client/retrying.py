@@ -133,6 +133,7 @@ class RetryState:
                 f"cannot reach ferryman at {self._base_url}: {type(exc).__name__}"
                 f" (tried for {_monotonic() - self._started:.0f}s)",
                 url=self._base_url,
+                reason=type(exc).__name__,
             ) from exc
         self._notify(type(exc).__name__, None, delay)
         return delay
