@@ -8,7 +8,7 @@ pass on exactly what the API said. Times are timezone-aware ``datetime`` values 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, Self, TypeVar
+from typing import Annotated, Any, Generic, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,9 @@ from ferryman.core.errors import FailureClass
 from ferryman.core.job import TERMINAL_STATUSES, JobStatus
 
 T = TypeVar("T")
+
+# A failure class this client knows, as the enum; a newer one the API may add, as text.
+KnownOrNewClass = Annotated[FailureClass | str, Field(union_mode="left_to_right")]
 
 __all__ = [
     "Attempt",
@@ -65,7 +68,7 @@ class JobFailure(ApiModel):
     """Why a job failed (or, while a retry is scheduled, why its last attempt did)."""
 
     code: str
-    failure_class: FailureClass | str = Field(alias="class")
+    failure_class: KnownOrNewClass = Field(alias="class")
     message: str = ""
 
 
@@ -119,7 +122,7 @@ class Attempt(ApiModel):
     ended_at: datetime | None = None
     # succeeded, retry, failed, lease_lost, abandoned, cancelled (None while it runs).
     outcome: str | None = None
-    failure_class: FailureClass | str | None = None
+    failure_class: KnownOrNewClass | None = None
     error_code: str | None = None
     latency_ms: int | None = None
     input_tokens: int | None = None
