@@ -11,12 +11,15 @@ import pytest
 
 import ferryman.client.async_client as async_client_module
 import ferryman.client.retrying as retrying_module
+import ferryman.client.sync_client as sync_client_module
 from ferryman.cli.serving import app_deps
 from ferryman.client import (
     DEFAULT_RETRY_BUDGET_SECONDS,
     AsyncClient,
+    Client,
     ClientError,
     RetryNotice,
+    UnreachableError,
     retry_after_seconds,
 )
 from ferryman.config import Settings
@@ -344,3 +347,92 @@ async def test_wait_shows_each_poll(retry_sleeps: list[float]) -> None:
     async with AsyncClient(BASE_URL, "k", transport=transport) as client:
         await client.wait("gen_1", on_poll=lambda j: seen.append(j.status))
     assert seen == ["QUEUED", "PROCESSING", "SUCCEEDED"]
+
+
+# --- a server never reached (the CLI's choice) ----------------------------------------
+
+
+async def test_without_waiting_for_the_server_a_first_refusal_fails_at_once(
+    retry_sleeps: list[float],
+) -> None:
+    transport, seen = scripted([refuse_connection, accepted])
+    async with AsyncClient(BASE_URL, "k", transport=transport, wait_for_server=False) as client:
+        with pytest.raises(UnreachableError) as caught:
+            await client.submit("generate", {"prompt": "x"})
+    assert (len(seen), retry_sleeps) == (1, [])
+    assert caught.value.url == BASE_URL
+    assert caught.value.reason == "ConnectError"
+    assert caught.value.code == "unreachable"
+
+
+async def test_once_the_server_answered_a_lost_connection_is_retried(
+    retry_sleeps: list[float],
+) -> None:
+    transport, seen = scripted([accepted, refuse_connection, refuse_connection, accepted])
+    notices: list[RetryNotice] = []
+    async with AsyncClient(
+        BASE_URL, "k", transport=transport, wait_for_server=False, on_retry=notices.append
+    ) as client:
+        await client.get("gen_1")
+        job = await client.get("gen_1")  # the API restarts meanwhile
+    assert job.job_id == "gen_1"
+    assert len(seen) == 4
+    assert [n.unreachable for n in notices] == [True, True]
+
+
+# --- the sync client follows the same rules --------------------------------------------
+
+
+@pytest.fixture
+def sync_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    sleeps: list[float] = []
+    monkeypatch.setattr(sync_client_module, "_sleep", sleeps.append)
+    monkeypatch.setattr(retrying_module, "_monotonic", lambda: sum(sleeps))
+    return sleeps
+
+
+def test_the_sync_client_retries_with_one_key(sync_sleeps: list[float]) -> None:
+    transport, seen = scripted([refuse_connection, status(503), accepted])
+    with Client(BASE_URL, "k", transport=transport) as client:
+        job = client.submit("generate", {"prompt": "x"})
+    assert job.api_json == JOB
+    assert len({r.headers["Idempotency-Key"] for r in seen}) == 1
+    assert len(sync_sleeps) == 2
+
+
+def test_the_sync_client_does_not_retry_a_cancel_the_server_may_have_seen(
+    sync_sleeps: list[float],
+) -> None:
+    transport, seen = scripted([time_out_reading, accepted])
+    with Client(BASE_URL, "k", transport=transport) as client, pytest.raises(UnreachableError):
+        client.cancel("gen_1")
+    assert len(seen) == 1
+
+
+def test_the_sync_client_fails_at_once_when_it_never_reached_the_server(
+    sync_sleeps: list[float],
+) -> None:
+    transport, seen = scripted([refuse_connection])
+    with (
+        Client(BASE_URL, "k", transport=transport, wait_for_server=False) as client,
+        pytest.raises(UnreachableError),
+    ):
+        client.list()
+    assert (len(seen), sync_sleeps) == (1, [])
+
+
+def test_the_sync_client_waits_with_backoff(sync_sleeps: list[float]) -> None:
+    states = iter(["QUEUED", "PROCESSING", "SUCCEEDED"])
+
+    def job(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={**JOB, "status": next(states), "result": {"text": "t"}})
+
+    transport, _ = scripted([job])
+    with Client(BASE_URL, "k", transport=transport) as client:
+        assert client.result("gen_1") == {"text": "t"}
+    assert sync_sleeps == [0.2, pytest.approx(0.3)]
+
+
+def test_a_negative_budget_is_refused() -> None:
+    with pytest.raises(ValueError, match="retry_budget_seconds"):
+        Client(BASE_URL, "k", retry_budget_seconds=-1)
