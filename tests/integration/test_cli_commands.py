@@ -381,3 +381,41 @@ async def test_dlq_replay_takes_model_failures_only_when_asked(tmp_path: Path) -
 
     assert plain.stdout.strip() == f"skipped {job_id} (not_dead_lettered)"
     assert included.stdout.strip() == f"replayed {job_id}"
+
+
+async def _dead_letter(directory: Path) -> str:
+    """A job stranded the way a crash loop strands one: its message received past
+    max_receives without any outcome, then failed as dead_lettered by the sweeper."""
+    settings = Settings(
+        database_url=f"sqlite:///{directory}/ferryman.db",
+        results_url=f"file://{directory}/ferryman-results",
+        max_receives=2,
+    )
+    clock = FakeClock()
+    async with open_runtime(settings, clock=clock) as runtime:
+        submission = await runtime.intake.submit(
+            tenant_id="acme", request=SubmitRequest(task="generate", input={"prompt": "p"})
+        )
+        for _ in range(3):
+            await runtime.queue.receive(max_messages=10, visibility_timeout_seconds=1.0)
+            clock.advance(2.0)
+        await runtime.new_sweeper().sweep_once()
+        job = await runtime.store.get(submission.job.job_id)
+    assert job is not None and job.error is not None and job.error.code == "dead_lettered"
+    return job.job_id
+
+
+async def test_dlq_list_shows_dead_letters_whole_and_as_the_api_s_json(tmp_path: Path) -> None:
+    job_id = await _dead_letter(tmp_path)
+
+    table = ferryman(tmp_path, "dlq", "list", env=cli_env(COLUMNS="30"))
+    as_json = ferryman(tmp_path, "dlq", "list", "--json")
+
+    assert table.returncode == 0, table.stderr
+    assert job_id in table.stdout  # whole, however narrow the terminal
+    assert as_json.returncode == 0, as_json.stderr
+    (item,) = json.loads(as_json.stdout)["data"]
+    # GET /v1/admin/dead-letters's item: the job as its tenant sees it, plus whose it is.
+    assert (item["job_id"], item["tenant_id"], item["status"]) == (job_id, "acme", "FAILED")
+    assert item["error"]["code"] == "dead_lettered"
+    assert {"created_at", "completed_at", "attempt_count", "task", "model"} <= set(item)
