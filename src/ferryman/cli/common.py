@@ -81,6 +81,8 @@ def settings(**overrides: Any) -> Settings:
 
 
 SERVER_EXTRA_HINT = "pip install 'ferryman[server]'"
+# Packages of other extras than the server's, and the line that installs them.
+_EXTRA_HINTS = {"boto3": "pip install 'ferryman[aws]'", "botocore": "pip install 'ferryman[aws]'"}
 
 
 def needs_server(command: Callable[P, T]) -> Callable[P, T]:
@@ -95,9 +97,10 @@ def needs_server(command: Callable[P, T]) -> Callable[P, T]:
             missing = (exc.name or "").partition(".")[0]
             if not missing or missing == "ferryman":
                 raise
+            hint = _EXTRA_HINTS.get(missing, SERVER_EXTRA_HINT)
             fail(
                 "this command runs ferryman's server side, whose dependencies are not "
-                f"installed (no module named {missing!r}); install them with: {SERVER_EXTRA_HINT}",
+                f"installed (no module named {missing!r}); install them with: {hint}",
                 EXIT_USAGE,
             )
 
