@@ -74,21 +74,26 @@ def test_submit_wait_on_a_failed_job_prints_the_job_and_exits_1(live_server: Liv
     assert "FAILED (1 attempt" in done.stderr
 
 
-def test_status_shows_a_table_by_default_and_the_api_s_json_with_json(
+def test_status_prints_the_api_s_json_by_default_and_a_table_when_asked(
     live_server: LiveServer,
 ) -> None:
     key = live_server.new_key()
     job_id = submit(live_server, key)
     wait_done(live_server, key, job_id)
 
-    table = live_server.cli("status", job_id, FERRYMAN_API_KEY=key, COLUMNS=NARROW)
+    plain = live_server.cli("status", job_id, FERRYMAN_API_KEY=key)
     as_json = live_server.cli("status", job_id, "--json", FERRYMAN_API_KEY=key)
+    table = live_server.cli("status", job_id, "--table", FERRYMAN_API_KEY=key, COLUMNS=NARROW)
 
+    served = api(live_server, key, f"/v1/generations/{job_id}")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout) == served  # scripts that read status keep working
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == served
     assert table.returncode == 0, table.stderr
     assert job_id in table.stdout  # whole, on one line, however narrow the terminal
     assert "SUCCEEDED" in table.stdout
-    assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == api(live_server, key, f"/v1/generations/{job_id}")
+    assert not table.stdout.lstrip().startswith("{")
 
 
 def test_status_of_another_tenant_s_job_is_not_found(live_server: LiveServer) -> None:

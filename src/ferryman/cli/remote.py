@@ -272,17 +272,26 @@ def status(
         ),
     ] = None,
     as_json: JsonOption = False,
+    as_table: Annotated[
+        bool,
+        typer.Option(
+            "--table",
+            help="Show a job as a table. A job is JSON by default, as it always was, "
+            "so scripts that read `ferryman status JOB_ID` keep working.",
+        ),
+    ] = False,
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
     retry_for: RetryOption = DEFAULT_RETRY_BUDGET_SECONDS,
 ) -> None:
-    """Show a job (exit 1 if there is no such job), or without JOB_ID the deployment."""
+    """Show a job as the API's JSON (exit 1 if there is no such job), or without JOB_ID
+    the deployment as a table (or --json)."""
     if job_id is None:
         _overview(as_json)
         return
     with _client(url, api_key, retry_for) as client, _Failures():
         job = client.get(job_id)
-    _show_job(job, as_json)
+    _show_job(job, as_json=as_json or not as_table)
 
 
 @needs_server
