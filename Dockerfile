@@ -6,6 +6,10 @@
 # "Run in containers", says what that setup can and cannot do.
 FROM python:3.11-slim
 
+LABEL org.opencontainers.image.title="ferryman" \
+      org.opencontainers.image.description="Durable jobs for slow, costly foundation-model calls" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
