@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 FILE_SCHEME = "file://"
 INLINE_RESULTS = "db"
-# Result stores the design names but this version does not ship.
+# Result stores whose URLs are reserved but which this version does not ship.
 _PLANNED_RESULTS = ("s3://",)
 
 __all__ = ["DatabaseProbe", "InvalidUrlError", "UnsupportedBackendError"]

@@ -128,7 +128,7 @@ async def test_events_and_attempts(http_client: httpx.AsyncClient, http_stack: H
     assert attempt["attempt_no"] == 1
     assert attempt["attempt_id"].startswith("att_")
     # Where it ran is the operator's business (GET /v1/admin/generations/{id}/events):
-    # the tenant sees an opaque name in API.md's worker_id.
+    # the tenant sees an opaque name in the attempt's worker_id (docs/reference.md).
     assert attempt["worker_id"].startswith("wkr_")
     assert attempt["outcome"] == "succeeded"
     assert attempt["failure_class"] is None

@@ -44,7 +44,7 @@ MAX_METADATA_BYTES = 4096
 # Lone surrogates cannot be encoded as UTF-8 (hashing, storage and responses all fail);
 # NUL ends a C string and PostgreSQL text refuses it.
 _INVALID_TEXT = re.compile("[\x00\ud800-\udfff]")
-# Until signed webhooks exist these fields are refused, never stored or hashed (API.md).
+# Until signed webhooks exist these fields are refused, never stored or hashed (docs/reference.md).
 RESERVED_FIELDS = ("webhook_url",)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -1,10 +1,10 @@
-"""How jobs, events and attempts look on the wire (API.md): plain JSON, times in UTC.
+"""How jobs, events and attempts look on the wire (docs/reference.md): plain JSON, times in UTC.
 
 Times are RFC 3339 in UTC with microseconds and a ``Z`` (http/timestamps.py), in
 event details too; absent values are null.
 
 Tenants see what their jobs did, never where or how it ran: a worker is named by an
-opaque pseudonym (``worker_id`` keeps its place in API.md's attempt, and two attempts
+opaque pseudonym (``worker_id`` keeps its place in the documented attempt, and two attempts
 on one worker still show the same name, but no host or pid), and no storage
 reference is shown (``result_ref`` is left out of event details). Operators see the
 real values, and which tenant a job is, but never a job's input or output.

@@ -1,4 +1,4 @@
-"""Liveness, readiness and Prometheus metrics: no authentication (API.md)."""
+"""Liveness, readiness and Prometheus metrics: no authentication (docs/reference.md)."""
 
 from __future__ import annotations
 
