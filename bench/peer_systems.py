@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import venv
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +151,8 @@ class Service:
     log_dir: Path
     # A line the process prints once it can take work (None: ready once started).
     ready_line: str | None = None
+    # Or a URL that answers 200 once it can (a server's readiness probe).
+    ready_url: str | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -169,16 +172,27 @@ class Service:
 
     def wait_ready(self, timeout_seconds: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_seconds
-        while self.ready_line is not None:
+        while self.ready_line is not None or self.ready_url is not None:
             self.check()
-            with contextlib.suppress(OSError):
-                if self.ready_line in self.log_path.read_text(errors="replace"):
-                    return
+            if self._is_ready():
+                return
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{self.name} not ready after {timeout_seconds} s: {self.tail()}"
                 )
             time.sleep(0.05)
+
+    def _is_ready(self) -> bool:
+        if self.ready_url is not None:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(self.ready_url, timeout=1.0) as response,
+            ):
+                return bool(response.status == 200)
+            return False
+        with contextlib.suppress(OSError):
+            return str(self.ready_line) in self.log_path.read_text(errors="replace")
+        return False
 
     def check(self) -> None:
         if self.process is not None and self.process.poll() is not None:
