@@ -253,16 +253,51 @@ class RunFigures:
         return (self.service_cpu_s + self.producer_cpu_s) * 1000 / self.jobs
 
 
+FINISHED = "FINISHED"
+
+
 def produce(
-    argv: Sequence[str], env: Mapping[str, str], services: Sequence[Service]
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    services: Sequence[Service],
+    on_finished: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Run a producer process to the end; its last stdout line is its JSON report."""
-    done = subprocess.run(list(argv), env=dict(env), cwd=PEERS_DIR, capture_output=True, text=True)
+    """Run a producer process to the end; its last stdout line is its JSON report.
+
+    A producer prints ``FINISHED`` once it has seen every job complete and then waits
+    for a line on stdin before it reads the jobs' timestamps: ``on_finished`` runs in
+    that gap, so what the reading costs the system's processes is not counted.
+    """
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=PEERS_DIR,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        lines: list[str] = []
+        for line in process.stdout:
+            if line.strip() == FINISHED:
+                if on_finished is not None:
+                    on_finished()
+                process.stdin.write("go\n")
+                process.stdin.flush()
+            elif line.strip():
+                lines.append(line.strip())
+        process.stdin.close()
+        code = process.wait()
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace")
     for service in services:
         service.check()
-    if done.returncode != 0:
-        raise RuntimeError(f"producer failed ({done.returncode}): {done.stderr[-2000:]}")
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if code != 0 or not lines:
+        raise RuntimeError(f"producer failed ({code}): {stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(lines[-1])
     return report
 
 
@@ -286,10 +321,15 @@ def measured_run(
                 return None
         roots = [s.process.pid for s in services if s.process is not None]
         cpu_before = tree_cpu_seconds(roots)
-        report = produce(producer("m", jobs), env, services)
+        cpu_after: list[float] = []
+        report = produce(
+            producer("m", jobs), env, services, lambda: cpu_after.append(tree_cpu_seconds(roots))
+        )
         if "unavailable" in report:
             return None
-        service_cpu = tree_cpu_seconds(roots) - cpu_before
+        if not cpu_after:
+            raise RuntimeError("the producer never said FINISHED")
+        service_cpu = cpu_after[0] - cpu_before
     if report["completed"] != jobs:
         raise RuntimeError(f"{report['completed']} of {jobs} jobs completed")
     extra = {k: v for k, v in report.items() if k not in ("completed", "producer_cpu_s")}

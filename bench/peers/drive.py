@@ -57,6 +57,12 @@ def wait_for(done: Callable[[list[str]], dict[str, float]], ids: Sequence[str]) 
     return list(finished.values())
 
 
+def finished() -> None:
+    """Tell the benchmark every job is done, and wait until it has read the CPU counters."""
+    print("FINISHED", flush=True)
+    sys.stdin.readline()
+
+
 def chunks(items: Sequence[str], size: int = 1000) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -206,6 +212,7 @@ def main(argv: Sequence[str]) -> int:
     last_submit = time.time()
     producer_cpu = cpu_seconds() - cpu_before
     completed = wait_for(done, ids)
+    finished()
     print(
         json.dumps(
             {
