@@ -154,6 +154,8 @@ class Service:
     # Or a URL that answers 200 once it can (a server's readiness probe).
     ready_url: str | None = None
     process: subprocess.Popen[bytes] | None = None
+    # Where this start's output begins in the log (a kept log holds earlier runs too).
+    log_offset: int = 0
 
     @property
     def log_path(self) -> Path:
@@ -161,6 +163,7 @@ class Service:
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
+            self.log_offset = log.tell()
             self.process = subprocess.Popen(
                 self.argv,
                 env=self.env,
@@ -190,8 +193,9 @@ class Service:
             ):
                 return bool(response.status == 200)
             return False
-        with contextlib.suppress(OSError):
-            return str(self.ready_line) in self.log_path.read_text(errors="replace")
+        with contextlib.suppress(OSError), self.log_path.open("rb") as log:
+            log.seek(self.log_offset)
+            return str(self.ready_line).encode() in log.read()
         return False
 
     def check(self) -> None:
@@ -296,7 +300,8 @@ def produce(
     for service in services:
         service.check()
     if code != 0 or not lines:
-        raise RuntimeError(f"producer failed ({code}): {stderr[-2000:]}")
+        shown = stderr if len(stderr) < 3000 else f"{stderr[:1000]}\n...\n{stderr[-2000:]}"
+        raise RuntimeError(f"producer failed ({code}): {shown}")
     report: dict[str, Any] = json.loads(lines[-1])
     return report
 
