@@ -368,9 +368,33 @@ def report(
         "cpu_s_per_1000_batch": TARGET_CPU_S_PER_1000_BATCH,
         "cpu_s_per_1000_single": TARGET_CPU_S_PER_1000_SINGLE,
     }
+    out["targets_met"] = targets_met(out)
     out["systems"] = summaries
     out["settings"] = settings(args, start_load)
     return out
+
+
+def targets_met(out: dict[str, Any]) -> dict[str, bool | None]:
+    """Each target: met, missed, or None where this run has no figure for it."""
+    ratios, targets = out["ratios_to_celery"], out["targets"]
+
+    def at_least(value: float | None, target: float) -> bool | None:
+        return None if value is None else value >= target
+
+    def at_most(value: float | None, target: float) -> bool | None:
+        return None if value is None else value <= target
+
+    return {
+        "single_to_celery": at_least(ratios["single"], targets["single_to_celery"]),
+        "batch_to_celery": at_least(ratios["batch"], targets["batch_to_celery"]),
+        "sequential_to_celery": at_least(ratios["sequential"], targets["sequential_to_celery"]),
+        "cpu_s_per_1000_batch": at_most(
+            out["ferryman_cpu_s_per_1000_batch"], targets["cpu_s_per_1000_batch"]
+        ),
+        "cpu_s_per_1000_single": at_most(
+            out["ferryman_cpu_s_per_1000_single"], targets["cpu_s_per_1000_single"]
+        ),
+    }
 
 
 def settings(args: argparse.Namespace, start_load: float) -> dict[str, Any]:

@@ -172,6 +172,20 @@ def test_a_build_without_the_batch_path_reports_null_not_a_figure() -> None:
     assert out["celery_jobs_per_s"] == pytest.approx(1000)
     assert out["ratios_to_celery"]["single"] == pytest.approx(1.5)
     assert out["ferryman_sequential_jobs_per_s"] is None  # not run: null, never absent
+    assert out["targets_met"]["single_to_celery"] is True
+    assert out["targets_met"]["batch_to_celery"] is None
+
+
+def test_a_missed_target_is_false() -> None:
+    outcomes = {
+        "celery": peers.Outcome([_run(1000)], []),
+        "ferryman-sequential": peers.Outcome([_run(700)], []),
+        "ferryman-single": peers.Outcome([_run(2000, cpu=1.6)], []),
+    }
+    met = peers.report(_args(), outcomes, start_load=0.0)["targets_met"]
+    assert met["sequential_to_celery"] is False  # 0.7 < 0.75
+    assert met["single_to_celery"] is True
+    assert met["cpu_s_per_1000_single"] is False  # 1.6 > 1.5
 
 
 def test_a_system_whose_every_run_failed_says_why() -> None:
