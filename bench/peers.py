@@ -451,8 +451,11 @@ def print_table(out: dict[str, Any]) -> None:
         shown = "-" if value is None else f"{value:.2f}"
         print(f"ferryman {name} / Celery: {shown} (target >= {targets[name + '_to_celery']})")
     print(
-        "CPU counts each system's own processes and the producer's submit loop, not Redis or PostgreSQL."
+        "CPU counts each system's own processes and the producer's submit loop, "
+        "not Redis or PostgreSQL."
     )
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
+    print(f"ferryman settings changed for the benchmark: {s['ferryman_env']}")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
