@@ -22,6 +22,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
+# A system's run: the submit loop (returning the job ids) and the completion check
+# (given unfinished ids, the completion times of those now finished).
+Run = tuple["Callable[[], list[str]]", "Callable[[list[str]], dict[str, float]]"]
+
 POLL_SECONDS = 0.05
 TIMEOUT_SECONDS = 600.0
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
@@ -71,7 +75,7 @@ def chunks(items: Sequence[str], size: int = 1000) -> Iterable[Sequence[str]]:
 # --- one section per system: submit(n) -> ids, and done(ids) -> {id: completed_at} -----
 
 
-def celery_run(n: int, tag: str) -> tuple[list[str], Callable[[list[str]], dict[str, float]]]:
+def celery_run(n: int, tag: str) -> Run:
     import redis
     from noop_celery import app, noop
 
@@ -97,7 +101,7 @@ def celery_run(n: int, tag: str) -> tuple[list[str], Callable[[list[str]], dict[
     return submit, done
 
 
-def rq_run(n: int, tag: str) -> tuple[list[str], Callable[[list[str]], dict[str, float]]]:
+def rq_run(n: int, tag: str) -> Run:
     import redis
     from noop_rq import noop
     from rq import Queue
@@ -126,7 +130,7 @@ def rq_run(n: int, tag: str) -> tuple[list[str], Callable[[list[str]], dict[str,
     return submit, done
 
 
-def dbos_run(n: int, tag: str) -> tuple[list[str], Callable[[list[str]], dict[str, float]]]:
+def dbos_run(n: int, tag: str) -> Run:
     import sqlalchemy as sa
     from dbos import DBOSClient
 
@@ -156,9 +160,7 @@ def dbos_run(n: int, tag: str) -> tuple[list[str], Callable[[list[str]], dict[st
     return submit, done
 
 
-def procrastinate_run(
-    n: int, tag: str
-) -> tuple[list[str], Callable[[list[str]], dict[str, float]]]:
+def procrastinate_run(n: int, tag: str) -> Run:
     import psycopg
     from noop_procrastinate import app, noop
 
