@@ -153,16 +153,21 @@ def test_events_shows_the_history_and_attempts(live_server: LiveServer) -> None:
     )
     assert wait_done(live_server, key, job_id)["status"] == "SUCCEEDED"
 
-    table = live_server.cli("events", job_id, FERRYMAN_API_KEY=key, COLUMNS=NARROW)
     as_json = live_server.cli("events", job_id, "--json", FERRYMAN_API_KEY=key)
-
-    assert table.returncode == 0, table.stderr
-    for kind in ("ACCEPTED", "RETRY_SCHEDULED", "SUCCEEDED"):
-        assert kind in table.stdout
     history = json.loads(as_json.stdout)
     assert history == api(live_server, key, f"/v1/generations/{job_id}/events")
-    for attempt in history["attempts"]:
-        assert attempt["attempt_id"] in table.stdout
+
+    # Narrow, ordinary and wide terminals: the attempts table is wider than 80 columns,
+    # and no width may cut an id, a worker name or a time with an ellipsis.
+    for columns in (NARROW, "80", "200"):
+        table = live_server.cli("events", job_id, FERRYMAN_API_KEY=key, COLUMNS=columns)
+        assert table.returncode == 0, table.stderr
+        for kind in ("ACCEPTED", "RETRY_SCHEDULED", "SUCCEEDED"):
+            assert kind in table.stdout
+        assert "…" not in table.stdout
+        for attempt in history["attempts"]:
+            assert attempt["attempt_id"] in table.stdout
+            assert attempt["worker_id"] in table.stdout
     assert [a["outcome"] for a in history["attempts"]] == ["retry", "succeeded"]
 
 

@@ -200,5 +200,11 @@ def print_table(table: Table) -> None:
     line itself, but the text stays intact for copy and paste and for pipes).
     """
     options = out_console.options.update(max_width=10_000)
+    for column in table.columns:
+        if column.no_wrap:
+            # Rich may still cut a no_wrap cell with an ellipsis when the table is wide;
+            # a minimum width of its widest cell (header included) rules that out.
+            cells = [column.header, *column.cells]
+            column.min_width = max(Measurement.get(out_console, options, c).maximum for c in cells)
     need = Measurement.get(out_console, options, table).minimum
     Console(file=out_console.file, width=max(out_console.width, need)).print(table)
