@@ -59,6 +59,8 @@ class EngineOptions:
     sqlite_synchronous: str = "FULL"
     postgres_pool_min_size: int = 1
     postgres_pool_max_size: int = 10
+    # How long to wait for a new connection, and for a free pooled one.
+    postgres_connect_timeout_seconds: float = 5.0
 
 
 @dataclass(slots=True)
@@ -178,7 +180,25 @@ async def _probe_memory(url: str) -> DatabaseProbe:
 
 
 async def _probe_postgres(url: str) -> DatabaseProbe:
-    raise UnsupportedBackendError("the PostgreSQL engine is not in this build")
+    """Connect once, read the schema version, write nothing. A server that cannot be
+    reached, or a database that does not exist, is reported, not raised."""
+    import psycopg
+
+    from ferryman.adapters.postgres.migrations import applied_version, latest_version
+
+    shown, latest = _shown(url), latest_version()
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=5
+        ) as conn:
+            version = await applied_version(conn)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        missing = "does not exist" in reason and "database" in reason
+        return DatabaseProbe(
+            path=shown, exists=not missing, latest_version=latest, error=f"postgresql: {reason}"
+        )
+    return DatabaseProbe(path=shown, exists=True, latest_version=latest, schema_version=version)
 
 
 @asynccontextmanager
@@ -245,8 +265,35 @@ async def _open_memory(url: str, clock: Clock, options: EngineOptions) -> AsyncI
 
 @asynccontextmanager
 async def _open_postgres(url: str, clock: Clock, options: EngineOptions) -> AsyncIterator[Engine]:
-    raise UnsupportedBackendError("the PostgreSQL engine is not in this build")
-    yield  # pragma: no cover - makes this an async generator
+    from ferryman.adapters.postgres import (
+        PostgresApiKeyStore,
+        PostgresControlStore,
+        PostgresDatabase,
+        PostgresJobQueue,
+        PostgresJobStore,
+        PostgresResultStore,
+    )
+
+    # The server's database must exist (creating one is the DBA's call); its schema is
+    # made or upgraded here, under an advisory lock, whichever process comes first.
+    db = await PostgresDatabase.open(
+        url,
+        min_size=options.postgres_pool_min_size,
+        max_size=options.postgres_pool_max_size,
+        connect_timeout_seconds=options.postgres_connect_timeout_seconds,
+    )
+    try:
+        yield Engine(
+            name="postgresql",
+            location=_shown(url),
+            store=PostgresJobStore(db, clock=clock),
+            queue=PostgresJobQueue(db, clock=clock, max_receives=options.max_receives),
+            keys=PostgresApiKeyStore(db),
+            control=PostgresControlStore(db),
+            results=PostgresResultStore(db),
+        )
+    finally:
+        await db.close()
 
 
 OPENERS: dict[str, Callable[[str, Clock, EngineOptions], AbstractAsyncContextManager[Engine]]] = {

@@ -1,0 +1,147 @@
+"""One PostgreSQL database shared by every ferryman process, through a connection pool.
+
+Every operation borrows a pooled connection for one transaction and gives it back.
+The pool checks a connection before lending it, so one the server dropped (a
+restart, ``pg_terminate_backend``) is replaced instead of failing the operation,
+and it reconnects with backoff while the server is away; meanwhile operations fail
+fast with StoreUnavailableError (the pool's wait is bounded), which is what
+``/readyz`` reports. A dedicated connection LISTENs for new messages (listener.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ferryman.adapters.postgres.errors import translate_errors
+from ferryman.adapters.postgres.listener import MESSAGES_CHANNEL, Listener
+from ferryman.adapters.postgres.migrations import migrate
+from ferryman.adapters.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+Row = dict[str, Any]
+
+
+class PostgresDatabase:
+    """Async access to one database. Build it with ``await PostgresDatabase.open(url)``."""
+
+    def __init__(self, pool: AsyncConnectionPool, *, listener: Listener | None) -> None:
+        self._pool = pool
+        self._listener = listener
+        # Queue consumers of this process wait on it; NOTIFYs and own sends nudge it.
+        self.wakeup = listener.wakeup if listener is not None else Wakeup()
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_seconds: float = 5.0,
+        pool_timeout_seconds: float = 5.0,
+        listen: bool = True,
+    ) -> PostgresDatabase:
+        """Connect, bring the schema up to date, open the pool and the listener.
+
+        Raises StoreUnavailableError when the server cannot be reached."""
+        if not 1 <= min_size <= max_size:
+            raise ValueError("the pool needs 1 <= min_size <= max_size")
+        connect: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout_seconds)),
+        }
+        with translate_errors():
+            async with await psycopg.AsyncConnection.connect(url, **connect) as conn:
+                await migrate(conn)
+        pool = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=connect,
+            open=False,
+            # One empty round trip before lending: a connection the server dropped is
+            # replaced here instead of failing the caller's operation.
+            check=AsyncConnectionPool.check_connection,
+            timeout=pool_timeout_seconds,
+            name="ferryman",
+        )
+        with translate_errors():
+            try:
+                await pool.open(wait=True, timeout=connect_timeout_seconds + pool_timeout_seconds)
+            except BaseException:
+                await pool.close()
+                raise
+        listener = None
+        if listen:
+            listener = Listener(url, channel=MESSAGES_CHANNEL, connect_kwargs=connect)
+            listener.start()
+        return cls(pool, listener=listener)
+
+    @property
+    def listening(self) -> bool:
+        """True while the listening connection is up (other processes' sends wake us)."""
+        return self._listener is not None and self._listener.connected
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection inside one transaction, committed on a clean exit."""
+        with translate_errors():
+            async with self._pool.connection() as conn, conn.transaction():
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, *, timeout_seconds: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in autocommit: each statement is its own transaction."""
+        with translate_errors():
+            async with self._pool.connection(timeout=timeout_seconds) as conn:
+                yield conn
+
+    async def fetch_all(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        async with self.connection() as conn:
+            return await fetch_all(conn, query, params)
+
+    async def fetch_one(self, query: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        async with self.connection() as conn:
+            return await fetch_one(conn, query, params)
+
+    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run one statement in its own transaction; the rows it changed."""
+        async with self.connection() as conn:
+            return await execute(conn, query, params)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+        await self._pool.close()
+
+
+async def fetch_all(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None = None
+) -> list[Row]:
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(query, params)
+    return await cursor.fetchall()
+
+
+async def fetch_one(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None = None
+) -> Row | None:
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(query, params)
+    return await cursor.fetchone()
+
+
+async def execute(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None = None
+) -> int:
+    cursor = await conn.execute(query, params)
+    return cursor.rowcount
