@@ -129,6 +129,10 @@ class DatabaseProbe:
     latest_version: int  # the schema version this ferryman writes
     schema_version: int | None = None  # None when missing or unreadable
     error: str | None = None  # why it could not be read
+    # Whether this user could write, for engines that can tell without writing; None
+    # for a file, whose permissions the caller checks itself.
+    writable: bool | None = None
+    unwritable_reason: str | None = None
 
     @property
     def pending_migrations(self) -> int:
@@ -180,25 +184,32 @@ async def _probe_memory(url: str) -> DatabaseProbe:
 
 
 async def _probe_postgres(url: str) -> DatabaseProbe:
-    """Connect once, read the schema version, write nothing. A server that cannot be
-    reached, or a database that does not exist, is reported, not raised."""
+    """Connect once, read the schema version and the role's rights, write nothing. A
+    server that cannot be reached, or a database that does not exist, is reported."""
     import psycopg
 
-    from ferryman.adapters.postgres.migrations import applied_version, latest_version
+    from ferryman.adapters.postgres.inspection import inspect, is_missing_database
+    from ferryman.adapters.postgres.migrations import latest_version
 
     shown, latest = _shown(url), latest_version()
     try:
-        async with await psycopg.AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=5
-        ) as conn:
-            version = await applied_version(conn)
+        seen = await inspect(url)
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        missing = "does not exist" in reason and "database" in reason
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return DatabaseProbe(
-            path=shown, exists=not missing, latest_version=latest, error=f"postgresql: {reason}"
+            path=shown,
+            exists=not is_missing_database(exc),
+            latest_version=latest,
+            error=f"postgresql: {reason}",
         )
-    return DatabaseProbe(path=shown, exists=True, latest_version=latest, schema_version=version)
+    return DatabaseProbe(
+        path=shown,
+        exists=True,
+        latest_version=latest,
+        schema_version=seen.schema_version,
+        writable=seen.writable,
+        unwritable_reason=seen.unwritable_reason,
+    )
 
 
 @asynccontextmanager
@@ -274,13 +285,14 @@ async def _open_postgres(url: str, clock: Clock, options: EngineOptions) -> Asyn
         PostgresResultStore,
     )
 
-    # The server's database must exist (creating one is the DBA's call); its schema is
+    # A missing database is created when allowed (and the role may); its schema is
     # made or upgraded here, under an advisory lock, whichever process comes first.
     db = await PostgresDatabase.open(
         url,
         min_size=options.postgres_pool_min_size,
         max_size=options.postgres_pool_max_size,
         connect_timeout_seconds=options.postgres_connect_timeout_seconds,
+        create=options.create,
     )
     try:
         yield Engine(

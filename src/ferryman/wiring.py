@@ -104,6 +104,11 @@ def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
         max_receives=settings.max_receives,
         create=create,
         sqlite_synchronous=settings.sqlite_synchronous,
+        postgres_pool_min_size=settings.postgres_pool_min_size,
+        postgres_pool_max_size=max(
+            settings.postgres_pool_min_size, settings.postgres_pool_max_size
+        ),
+        postgres_connect_timeout_seconds=settings.postgres_connect_timeout_seconds,
     )
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import os
 import secrets
 import urllib.parse
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -207,25 +207,47 @@ def _database_url(server_url: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the test server, dropped when the session ends.
+def postgres_server() -> str:
+    """The URL of the test server (its maintenance database), once it answers.
     Requested only by the PostgreSQL cases, so the others never wait on a server."""
     import psycopg
 
     server = os.environ.get("FERRYMAN_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
     try:
-        admin = psycopg.connect(server, autocommit=True, connect_timeout=3)
+        psycopg.connect(server, autocommit=True, connect_timeout=3).close()
     except psycopg.OperationalError as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         require_service("postgresql", f"{server}: {first_line}")
+    return server
+
+
+@contextmanager
+def _scratch_database(server: str) -> Iterator[str]:
+    """A new empty database on the server; dropped (its sessions ended) on exit."""
+    import psycopg
+
     dbname = f"ferryman_test_{secrets.token_hex(6)}"
-    with admin:
+    with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{dbname}"')
         try:
-            # The first engine opened on it migrates it (the ledger survives emptying).
             yield _database_url(server, dbname)
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh database for the session's contract cases, dropped when it ends. The
+    first engine opened on it migrates it (the ledger survives emptying)."""
+    with _scratch_database(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_scratch(postgres_server: str) -> Iterator[Callable[[], str]]:
+    """Factory: another fresh, empty database (not migrated), dropped after the test."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(_scratch_database(postgres_server))
 
 
 async def _empty_postgres(url: str) -> None:

@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ferryman.adapters.postgres.errors import translate_errors
+from ferryman.adapters.postgres.inspection import create_database, is_missing_database
 from ferryman.adapters.postgres.listener import MESSAGES_CHANNEL, Listener
 from ferryman.adapters.postgres.migrations import migrate
 from ferryman.adapters.wakeup import Wakeup
@@ -47,19 +48,20 @@ class PostgresDatabase:
         connect_timeout_seconds: float = 5.0,
         pool_timeout_seconds: float = 5.0,
         listen: bool = True,
+        create: bool = True,
     ) -> PostgresDatabase:
         """Connect, bring the schema up to date, open the pool and the listener.
 
-        Raises StoreUnavailableError when the server cannot be reached."""
+        With ``create`` a database the URL names that does not exist yet is created
+        (when the role may). Raises StoreUnavailableError when the server cannot be
+        reached."""
         if not 1 <= min_size <= max_size:
             raise ValueError("the pool needs 1 <= min_size <= max_size")
         connect: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout_seconds)),
         }
-        with translate_errors():
-            async with await psycopg.AsyncConnection.connect(url, **connect) as conn:
-                await migrate(conn)
+        await _migrate(url, connect, create=create)
         pool = AsyncConnectionPool(
             url,
             min_size=min_size,
@@ -122,6 +124,19 @@ class PostgresDatabase:
         if self._listener is not None:
             await self._listener.close()
         await self._pool.close()
+
+
+async def _migrate(url: str, connect: dict[str, Any], *, create: bool) -> None:
+    with translate_errors():
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, **connect)
+        except psycopg.OperationalError as exc:
+            if not (create and is_missing_database(exc)):
+                raise
+            await create_database(url)
+            conn = await psycopg.AsyncConnection.connect(url, **connect)
+        async with conn:
+            await migrate(conn)
 
 
 async def fetch_all(
