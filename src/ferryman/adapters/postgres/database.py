@@ -4,8 +4,8 @@ Every operation borrows a pooled connection for one transaction and gives it bac
 The pool checks a connection before lending it, so one the server dropped (a
 restart, ``pg_terminate_backend``) is replaced instead of failing the operation,
 and it reconnects with backoff while the server is away; meanwhile operations fail
-fast with StoreUnavailableError (the pool's wait is bounded), which is what
-``/readyz`` reports. A dedicated connection LISTENs for new messages (listener.py).
+fast with StoreUnavailableError (an operation waits at most ``pool_timeout_seconds``
+for a connection), which is what ``/readyz`` reports. A dedicated connection LISTENs for new messages (listener.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class PostgresDatabase:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout_seconds: float = 5.0,
-        pool_timeout_seconds: float = 5.0,
+        pool_timeout_seconds: float = 2.0,
         listen: bool = True,
         create: bool = True,
     ) -> PostgresDatabase:
