@@ -10,6 +10,7 @@ for a connection), which is what ``/readyz`` reports. A dedicated connection LIS
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,15 @@ Row = dict[str, Any]
 class PostgresDatabase:
     """Async access to one database. Build it with ``await PostgresDatabase.open(url)``."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, listener: Listener | None) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        listener: Listener | None,
+        checker: _Checker | None = None,
+    ) -> None:
         self._pool = pool
+        self._checker = checker
         self._listener = listener
         # Queue consumers of this process wait on it; NOTIFYs and own sends nudge it.
         self.wakeup = listener.wakeup if listener is not None else Wakeup()
@@ -62,6 +70,7 @@ class PostgresDatabase:
             "connect_timeout": max(1, round(connect_timeout_seconds)),
         }
         await _migrate(url, connect, create=create)
+        checker = _Checker()
         pool = AsyncConnectionPool(
             url,
             min_size=min_size,
@@ -70,10 +79,11 @@ class PostgresDatabase:
             open=False,
             # One empty round trip before lending: a connection the server dropped is
             # replaced here instead of failing the caller's operation.
-            check=AsyncConnectionPool.check_connection,
+            check=checker.check,
             timeout=pool_timeout_seconds,
             name="ferryman",
         )
+        checker.pool = pool
         with translate_errors():
             try:
                 await pool.open(wait=True, timeout=connect_timeout_seconds + pool_timeout_seconds)
@@ -84,7 +94,7 @@ class PostgresDatabase:
         if listen:
             listener = Listener(url, channel=MESSAGES_CHANNEL, connect_kwargs=connect)
             listener.start()
-        return cls(pool, listener=listener)
+        return cls(pool, listener=listener, checker=checker)
 
     @property
     def listening(self) -> bool:
@@ -123,7 +133,33 @@ class PostgresDatabase:
     async def close(self) -> None:
         if self._listener is not None:
             await self._listener.close()
+        if self._checker is not None:
+            await self._checker.close()
         await self._pool.close()
+
+
+class _Checker:
+    """The pool's check before lending, which on finding one dead connection checks
+    every idle one at once. A restart or a failover kills them all; the pool alone
+    would find them one per lend, sleeping with backoff (1 s, 2 s, ...) in between."""
+
+    def __init__(self) -> None:
+        self.pool: AsyncConnectionPool | None = None
+        self._sweep: asyncio.Task[None] | None = None
+
+    async def check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            if self.pool is not None and (self._sweep is None or self._sweep.done()):
+                self._sweep = asyncio.create_task(self.pool.check())
+            raise
+
+    async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                await self._sweep
 
 
 async def _migrate(url: str, connect: dict[str, Any], *, create: bool) -> None:
