@@ -47,7 +47,9 @@ CROSS JOIN LATERAL (
 ) AS m;
 
 -- name: any_visible
-SELECT 1 FROM messages WHERE visible_at <= %(now)s LIMIT 1;
+-- The earliest deadline, one seek in messages_visible however many messages wait (a
+-- filter with LIMIT 1 would scan them all when none is visible, an idle queue's case).
+SELECT 1 WHERE (SELECT MIN(visible_at) FROM messages) <= %(now)s;
 
 -- name: mark_received
 UPDATE messages SET
