@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 # A receive looks at this many tenants at most (each one indexed lookup), resuming
 # after the last one it looked at, so every tenant gets its turn at bounded cost.
 TENANTS_PER_RECEIVE = 64
+# Looks per receive when messages it picked were dead-lettered or taken by another
+# receiver: each look passes over those, so a few always suffice to fill the batch.
+MAX_ROUNDS = 4
 
 
 def new_message_id() -> str:
@@ -90,39 +93,56 @@ async def receive(
 
     A message already received max_receives times moves to the dead letters instead
     (redrive), as does one whose body no worker can read; neither is delivered, and
-    the messages behind them still are.
+    the messages behind them still are. A picked message another receiver took first
+    is passed over, and the next ones looked at.
     """
     delivered: list[Delivery] = []
     taken: list[str] = []
-    moved = True
-    while moved and len(delivered) < request.max_messages:
-        moved = False
+    for _ in range(MAX_ROUNDS):
         limit = request.max_messages - len(delivered)
-        for row in await _fair_candidates(conn, request, limit, taken, cursor):
-            taken.append(row["id"])
-            try:
-                message = QueueMessage.from_body(row["body"])
-            except ValueError:
-                await dead_letter(
-                    conn, row["id"], now=request.now, reason=DeadLetterReason.UNDECODABLE
-                )
-                moved = True
-                continue
-            if row["receive_count"] >= request.max_receives:
-                await dead_letter(conn, row["id"], now=request.now, job_id=message.job_id)
-                moved = True
-            else:
-                delivered.append(await _deliver(conn, row, message, request))
+        picked = await _fair_pick(conn, request, limit, taken, cursor)
+        if not picked:
+            break
+        taken += picked
+        before = len(delivered)
+        for row in await _lock(conn, picked, request.now):
+            delivery = await _deliver_or_dead_letter(conn, row, request)
+            if delivery is not None:
+                delivered.append(delivery)
+        if len(delivered) - before == len(picked):
+            break  # every pick delivered: the batch is full or nothing else is visible
     return delivered
 
 
-async def _fair_candidates(
+async def _lock(conn: psycopg.AsyncConnection[Any], ids: list[str], now: float) -> list[Row]:
+    """The picked messages this receive now holds, in the order they were picked."""
+    rows = await fetch_all(conn, QUEUE["lock_picked"], {"ids": ids, "now": now})
+    order = {message_id: index for index, message_id in enumerate(ids)}
+    return sorted(rows, key=lambda row: order[row["id"]])
+
+
+async def _deliver_or_dead_letter(
+    conn: psycopg.AsyncConnection[Any], row: Row, request: ReceiveRequest
+) -> Delivery | None:
+    try:
+        message = QueueMessage.from_body(row["body"])
+    except ValueError:
+        await dead_letter(conn, row["id"], now=request.now, reason=DeadLetterReason.UNDECODABLE)
+        return None
+    if row["receive_count"] >= request.max_receives:
+        await dead_letter(conn, row["id"], now=request.now, job_id=message.job_id)
+        return None
+    return await _deliver(conn, row, message, request)
+
+
+async def _fair_pick(
     conn: psycopg.AsyncConnection[Any],
     request: ReceiveRequest,
     limit: int,
     taken: list[str],
     cursor: TenantCursor,
-) -> list[Row]:
+) -> list[str]:
+    """The ids of up to ``limit`` visible messages, fairly across tenants."""
     budget = request.budget
     allowances = {
         tenant: limit if budget is None else min(limit, budget.allowance(tenant))
@@ -144,12 +164,13 @@ async def _fair_candidates(
     waiting: dict[str, list[Row]] = {}
     for row in rows:
         waiting.setdefault(row["tenant_id"], []).append(row)
-    return fair_pick(
+    picked = fair_pick(
         waiting,
         held=(lambda _tenant: 0) if budget is None else budget.held,
         waited_since=lambda row: float(row["visible_at"]),
         limit=limit,
     )
+    return [row["id"] for row in picked]
 
 
 async def _tenants_to_look_at(

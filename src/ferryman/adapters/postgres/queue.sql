@@ -31,20 +31,28 @@ WITH RECURSIVE tenants(tenant_id) AS (
 SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL LIMIT %(limit)s;
 
 -- name: visible_of_tenants
--- For each tenant its first visible messages, up to that tenant's allowance, locked;
--- messages another receiver holds locked are skipped, never waited for.
-SELECT m.id, m.body, m.tenant_id, m.sent_at, m.visible_at, m.seq, m.receive_count
+-- For each tenant its first visible messages, up to that tenant's allowance. A plain
+-- read: only the ones the fair pick takes are then locked (lock_picked), so a receive
+-- never holds messages it will not deliver and other receivers find them free.
+SELECT m.id, m.tenant_id, m.visible_at
 FROM unnest(%(tenants)s::text[], %(allowances)s::int[]) AS t(tenant_id, allowance)
 CROSS JOIN LATERAL (
-    SELECT id, body, tenant_id, sent_at, visible_at, seq, receive_count
+    SELECT id, tenant_id, visible_at, seq
     FROM messages
     WHERE messages.tenant_id = t.tenant_id
       AND visible_at <= %(now)s
       AND NOT (id = ANY(%(taken)s::text[]))
     ORDER BY visible_at, seq
     LIMIT t.allowance
-    FOR UPDATE SKIP LOCKED
 ) AS m;
+
+-- name: lock_picked
+-- The picked messages that are still visible, locked for this receive; one another
+-- receiver holds (or took a moment ago) is skipped, never waited for.
+SELECT id, body, tenant_id, sent_at, visible_at, seq, receive_count
+FROM messages
+WHERE id = ANY(%(ids)s::text[]) AND visible_at <= %(now)s
+FOR UPDATE SKIP LOCKED;
 
 -- name: any_visible
 -- The earliest deadline, one seek in messages_visible however many messages wait (a
