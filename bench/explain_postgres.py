@@ -11,7 +11,8 @@ the sweeper's scans (stalled jobs, finished jobs to purge, expired keys), cancel
 and a job's events and attempts. Each is explained twice: with its parameters (the
 custom plan) and as the generic plan PostgreSQL may switch to for a prepared statement.
 
-Exits 1, naming them, if any plan reads the jobs or messages table with a Seq Scan.
+Exits 1, naming them, if any plan reads the jobs or messages table (or the events,
+attempts or idempotency keys that grow with them) with a Seq Scan.
 The scratch database is dropped at the end unless ``--keep``.
 
 Run: ``.venv/bin/python bench/explain_postgres.py [--jobs 1000000]``.
@@ -37,7 +38,8 @@ DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANTS = 100
 BASE = 1_700_000_000.0  # epoch seconds of the first job
 STEP = 0.01  # seconds between two jobs' creation
-SEQ_SCAN = re.compile(r"Seq Scan on (jobs|messages)\b")
+# The tables that grow with the jobs: a Seq Scan on one of them is a bug at scale.
+SEQ_SCAN = re.compile(r"Seq Scan on (jobs|messages|events|attempts|idempotency)\b")
 _PARAM = re.compile(r"%\((\w+)\)s")
 
 LOAD = [
@@ -51,7 +53,7 @@ LOAD = [
     )
     SELECT
         'gen_' || lpad(upper(to_hex(g)), 26, '0'),
-        't' || (g %% %(tenants)s),
+        't' || ((g / 100) %% %(tenants)s),  -- independent of the status (g %% 100)
         CASE WHEN g %% 10 = 0 THEN 'key-' || g END,
         md5(g::text), 'generate', 'sim', '{"prompt":"hello"}', 1,
         s.status, 'DISPATCHED', 1,
@@ -163,7 +165,7 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("claim (conditional update)", JOBS["update_job"], claim),
         ("events of a job", JOBS["list_events"], {"job_id": _job_id(middle)}),
         ("attempts of a job", JOBS["list_attempts"], {"job_id": _job_id(middle)}),
-        ("idempotency lookup", JOBS["lock_idempotency"], {"tenant_id": "t10", "key": "key-10"}),
+        ("idempotency lookup", JOBS["lock_idempotency"], {"tenant_id": "t0", "key": "key-10"}),
         ("receive: is anything visible", QUEUE["any_visible"], {"now": now}),
         ("receive: tenants", QUEUE["next_tenants"], {"after": None, "limit": 64}),
         (
@@ -282,9 +284,9 @@ def run(server: str, jobs: int, keep: bool) -> int:
             else:
                 admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
     if failures:
-        print(f"\nFAIL: a Seq Scan on jobs or messages in: {', '.join(failures)}", file=sys.stderr)
+        print(f"\nFAIL: a Seq Scan on a growing table in: {', '.join(failures)}", file=sys.stderr)
         return 1
-    print(f"\nOK: no Seq Scan on jobs or messages in {len(_statements(jobs))} statements x 2 plans")
+    print(f"\nOK: no Seq Scan on a growing table in {len(_statements(jobs))} statements x 2 plans")
     return 0
 
 

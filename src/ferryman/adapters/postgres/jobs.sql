@@ -183,12 +183,13 @@ DELETE FROM idempotency WHERE job_id = ANY(%(job_ids)s::text[]);
 DELETE FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 
 -- name: delete_expired_keys
-DELETE FROM idempotency WHERE (tenant_id, key) IN (
-    SELECT tenant_id, key FROM idempotency
+-- By row address: the expiry index finds them, and the delete goes straight to them.
+DELETE FROM idempotency WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM idempotency
     WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-);
+));
 
 -- name: usage_report
 -- %(group_by)s is one of day, model, task (core-checked); a NULL tenant is every tenant.

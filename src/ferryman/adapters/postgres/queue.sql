@@ -39,7 +39,8 @@ FROM unnest(%(tenants)s::text[], %(allowances)s::int[]) AS t(tenant_id, allowanc
 CROSS JOIN LATERAL (
     SELECT id, tenant_id, visible_at, seq
     FROM messages
-    WHERE messages.tenant_id = t.tenant_id
+    -- In the column's collation, so the (tenant_id, visible_at, seq) index serves it.
+    WHERE messages.tenant_id = t.tenant_id COLLATE "C"
       AND visible_at <= %(now)s
       AND NOT (id = ANY(%(taken)s::text[]))
     ORDER BY visible_at, seq
