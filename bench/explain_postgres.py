@@ -186,7 +186,12 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("tenant listing", JOBS["list_jobs_of_tenant"], {**listing, **filters}),
         (
             "tenant listing, status filter",
-            JOBS["list_jobs_of_tenant"],
+            JOBS["list_jobs_of_tenant_by_status"],
+            {**listing, **filters, "status": "FAILED"},
+        ),
+        (
+            "operators' listing, status filter",
+            JOBS["list_jobs_of_all_by_status"],
             {**listing, **filters, "status": "FAILED"},
         ),
         (

@@ -115,6 +115,25 @@ WHERE tenant_id = %(tenant_id)s
 ORDER BY job_id DESC
 LIMIT %(limit)s;
 
+-- name: list_jobs_of_tenant_by_status
+SELECT * FROM jobs
+WHERE tenant_id = %(tenant_id)s
+  AND status = %(status)s
+  AND job_id < %(before)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+ORDER BY job_id DESC
+LIMIT %(limit)s;
+
+-- name: list_jobs_of_all_by_status
+SELECT * FROM jobs
+WHERE status = %(status)s
+  AND job_id < %(before)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+ORDER BY job_id DESC
+LIMIT %(limit)s;
+
 -- name: list_jobs_of_all
 SELECT * FROM jobs
 WHERE job_id < %(before)s

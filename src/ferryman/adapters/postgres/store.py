@@ -77,7 +77,7 @@ class PostgresJobStore:
             # One more than asked tells whether another page exists.
             "limit": limit + 1,
         }
-        query = JOBS["list_jobs_of_all" if tenant_id is None else "list_jobs_of_tenant"]
+        query = JOBS[_listing(tenant_id=tenant_id, by_status=status is not None)]
         jobs = [job_from_row(row) for row in await self._db.fetch_all(query, params)]
         if len(jobs) > limit:
             jobs = jobs[:limit]
@@ -149,3 +149,9 @@ class PostgresJobStore:
             if write:
                 at = self._clock.now() if self._clock is not None else 0.0
                 await conn.execute(JOBS["write_probe"], {"at": at})
+
+
+def _listing(*, tenant_id: str | None, by_status: bool) -> str:
+    """The listing statement whose index fits the filters (a status has its own)."""
+    whose = "all" if tenant_id is None else "tenant"
+    return f"list_jobs_of_{whose}" + ("_by_status" if by_status else "")

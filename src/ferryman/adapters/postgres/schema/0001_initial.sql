@@ -39,8 +39,11 @@ CREATE TABLE jobs (
     fallback_level             integer NOT NULL DEFAULT 0
 );
 
--- A tenant's listing, newest first (the operators' listing of every tenant uses the key).
+-- A tenant's listing, newest first (the operators' listing of every tenant uses the key),
+-- and both filtered by status, so a rare status is found without walking every job.
 CREATE INDEX jobs_tenant_job ON jobs (tenant_id, job_id);
+CREATE INDEX jobs_tenant_status_job ON jobs (tenant_id, status, job_id);
+CREATE INDEX jobs_status_job ON jobs (status, job_id);
 
 -- The sweeper's stalled scan touches only jobs that are not finished.
 CREATE INDEX jobs_unfinished ON jobs (updated_at, job_id)
