@@ -149,6 +149,53 @@ async def test_a_programming_error_is_not_called_an_outage(postgres_url):
         await db.close()
 
 
+async def test_a_read_only_database_is_unavailable_for_writes_and_doctor_says_why(
+    postgres_scratch, job_factory, clock
+):
+    url = await _migrated(postgres_scratch)
+    with _admin(_server(url)) as admin:
+        admin.execute(
+            f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET default_transaction_read_only = on'
+        )
+    db = await PostgresDatabase.open(url, create=False, listen=False)
+    try:
+        store = PostgresJobStore(db, clock=clock)
+        accept = changes.accept(job_factory(), now=clock.now(), dispatched=True)
+
+        with pytest.raises(StoreUnavailableError, match="ReadOnlySqlTransaction"):
+            await store.create(accept, idempotency_expires_at=None)
+        with pytest.raises(StoreUnavailableError, match="ReadOnlySqlTransaction"):
+            await store.ping(write=True)
+        await store.ping()  # reads still work
+    finally:
+        await db.close()
+    probe = await probe_engine(url)
+    assert probe.writable is False
+    assert "read-only" in probe.unwritable_reason
+
+
+async def test_receivers_still_find_work_while_nobody_listens(postgres_scratch):
+    """The poll is the fallback: a process whose listening connection is down (here:
+    never opened) still sees another process's message within its poll interval."""
+    clock = FakeClock()
+    url = await _migrated(postgres_scratch)
+    async with AsyncExitStack() as stack:
+        deaf, sender = await _processes(url, 2, stack, listen=False)
+        waiting = PostgresJobQueue(deaf, clock=clock, poll_interval_seconds=0.2)
+        receive = asyncio.create_task(
+            waiting.receive(max_messages=1, visibility_timeout_seconds=30, wait_seconds=10)
+        )
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await PostgresJobQueue(sender, clock=clock).send(
+            QueueMessage(job_id=new_job_id(), tenant_id="t1")
+        )
+        [delivery] = await asyncio.wait_for(receive, timeout=5)
+
+    assert delivery.receive_count == 1
+    assert time.monotonic() - started < 1.5
+
+
 # --- several processes on one database ----------------------------------------------
 
 

@@ -44,16 +44,18 @@ async def inspect(url: str) -> Inspection:
 
 async def _why_unwritable(conn: psycopg.AsyncConnection[Any], *, migrated: bool) -> str | None:
     cursor = await conn.execute(
-        "SELECT pg_is_in_recovery(), current_user, "
-        "has_schema_privilege(current_schema(), 'CREATE'), "
+        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on', "
+        "current_user, has_schema_privilege(current_schema(), 'CREATE'), "
         "CASE WHEN %s THEN has_table_privilege('jobs', 'INSERT, UPDATE, DELETE') END",
         (migrated,),
     )
     row = await cursor.fetchone()
     assert row is not None
-    in_recovery, user, may_create, may_write = row
+    in_recovery, read_only, user, may_create, may_write = row
     if in_recovery:
         return "the server is a standby in recovery (read-only): point the URL at the primary"
+    if read_only:
+        return "transactions are read-only here (default_transaction_read_only is on)"
     if migrated and not may_write:
         return f"role {user} may not insert, update and delete in the jobs table"
     if not migrated and not may_create:

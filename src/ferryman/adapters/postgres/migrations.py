@@ -89,7 +89,6 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
     migrations = available()
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
-        await conn.execute(_LEDGER)
         current = await applied_version(conn)
         if current > len(migrations):
             raise SchemaTooNewError(
@@ -97,6 +96,9 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
                 f"knows ({len(migrations)}); upgrade ferryman to use it"
             )
         applied: list[int] = []
+        if current == len(migrations):
+            return applied  # up to date: nothing written (a read-only server opens too)
+        await conn.execute(_LEDGER)
         for migration in migrations[current:]:
             # A whole file in one call: the simple query protocol runs every statement.
             await conn.execute(migration.sql.encode("utf-8"), prepare=False)
