@@ -5,7 +5,8 @@ The pool checks a connection before lending it, so one the server dropped (a
 restart, ``pg_terminate_backend``) is replaced instead of failing the operation,
 and it reconnects with backoff while the server is away; meanwhile operations fail
 fast with StoreUnavailableError (an operation waits at most ``pool_timeout_seconds``
-for a connection), which is what ``/readyz`` reports. A dedicated connection LISTENs for new messages (listener.py).
+for a connection), which is what ``/readyz`` reports. A dedicated connection LISTENs
+for new messages (listener.py).
 """
 
 from __future__ import annotations
