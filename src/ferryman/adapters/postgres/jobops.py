@@ -88,7 +88,9 @@ async def _write_consequences(
     conn: psycopg.AsyncConnection[Any], change: Change, *, stored: int
 ) -> None:
     job_id = change.job_id
-    async with conn.cursor() as cursor:
+    # Pipelined: the rows a change brings go to the server in one round trip, and any
+    # failure among them still fails (and rolls back) the whole transaction.
+    async with conn.pipeline(), conn.cursor() as cursor:
         if change.events:
             await cursor.executemany(
                 JOBS["insert_event"],
@@ -129,12 +131,12 @@ async def _write_consequences(
                     "model": attempt.model,
                 },
             )
-    if change.enqueue:
-        await messages.insert_message(conn, QueueMessage.for_job(change.after), now=change.at)
-    if stored or change.backlog_delta:
-        await _add_usage(
-            conn, change.after.tenant_id, unfinished=change.backlog_delta, stored=stored
-        )
+        if change.enqueue:
+            await messages.insert_message(conn, QueueMessage.for_job(change.after), now=change.at)
+        if stored or change.backlog_delta:
+            await _add_usage(
+                conn, change.after.tenant_id, unfinished=change.backlog_delta, stored=stored
+            )
 
 
 async def _add_usage(
