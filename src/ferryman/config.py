@@ -133,7 +133,7 @@ class TaskSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    """The configuration of one ferryman process (API.md, Configuration)."""
+    """The configuration of one ferryman process (docs/reference.md, Configuration)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     postgres_pool_max_size: int = Field(default=10, ge=1)
     postgres_connect_timeout_seconds: float = Field(default=5.0, gt=0)
 
-    # The worker and its timeouts (ARCHITECTURE.md section 7).
+    # The worker and its timeouts (docs/architecture.md, Timeouts that must agree).
     worker_concurrency: int = Field(default=64, ge=1)
     lease_seconds: float = Field(default=60.0, gt=0)
     visibility_timeout_seconds: float = Field(default=60.0, gt=0)

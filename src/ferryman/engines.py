@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 SQLITE_SCHEME = "sqlite://"
 MEMORY_URL = "memory://"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-# Engines the design names but this version does not ship.
+# Engines whose URLs are reserved but which this version does not ship.
 _PLANNED_SCHEMES = ("aws://",)
 
 

@@ -1,4 +1,4 @@
-"""Named crash points for chaos tests (ARCHITECTURE.md section 8).
+"""Named crash points for chaos tests (docs/architecture.md, Failpoints).
 
 ``FERRYMAN_FAILPOINTS="after_claim=crash@0.1,after_invoke=crash@0.2"`` makes the
 process exit abruptly at a named point with the given probability, the way a

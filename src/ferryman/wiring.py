@@ -68,7 +68,7 @@ FILE_SCHEME = "file://"
 INLINE_RESULTS = "db"
 # Engines that processes on several machines share: results default to the database.
 SHARED_ENGINES = frozenset({"postgresql"})
-# Result stores the design names but this version does not ship.
+# Result stores whose URLs are reserved but which this version does not ship.
 _PLANNED_RESULTS = ("s3://",)
 
 __all__ = ["DatabaseProbe", "InvalidUrlError", "UnsupportedBackendError"]

@@ -1,7 +1,7 @@
 """Small promises at the edge: reserved fields, trailing slashes, separate budgets.
 
 - ``webhook_url`` is refused with 422 ``unsupported_field`` whatever its value, and
-  nothing is stored (issue 5, item 15; API.md).
+  nothing is stored (issue 5, item 15; docs/reference.md).
 - A trailing slash is a 404 problem, never a redirect whose host comes from the
   request's Host header (item 14).
 - Polling reads never spend the submission budget (item 10), with the budgets of

@@ -1,14 +1,21 @@
-"""A bounded schemathesis run over the app's own OpenAPI document: no input a
-client can send is a server error (no 5xx).
+"""Bounded schemathesis runs over the app's own OpenAPI document.
 
-The cases (valid and invalid, per schemathesis's positive and negative modes) go
-in-process through httpx.ASGITransport to the app exactly as `ferryman serve` builds
-it, on one event loop kept for the whole run (the SQLite engine is bound to it).
+``test_every_answer_matches_the_document``: the document a real ``ferryman serve``
+serves, checked against what that server does, over every route, with every check
+schemathesis has: no 5xx, status codes, content types, bodies and response headers
+as documented, invalid requests refused, valid ones accepted, authentication
+enforced (its probes resend without the key). Real HTTP, so the probes reach the
+server as the cases do. The only refusals of schema-valid requests tolerated are
+the rules a JSON Schema cannot state (RELATIONS below), each by the field it names.
+
+``test_no_submitted_text_is_a_server_error``: submissions with any text at all, in
+process through httpx.ASGITransport to the app as ``ferryman serve`` builds it, on
+one event loop kept for the whole run (the SQLite engine is bound to it).
+
 Deterministic (derandomized, no example database) and a few hundred examples, so
-it takes seconds and fails the same way on every machine.
-
-Pausing intake is left out: its 503 is the documented answer of an operator's
-switch, and a paused fuzz run would explore nothing else.
+each takes seconds and fails the same way on every machine. Pausing intake is left
+out: its 503 is the documented answer of an operator's switch, and a paused run
+would explore nothing else.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis.core.failures import FailureGroup
 from schemathesis.generation.modes import GenerationMode
+from schemathesis.openapi.checks import RejectedPositiveData
 
 from ferryman.cli.serving import app_deps
 from ferryman.config import Settings
@@ -32,32 +41,17 @@ from ferryman.http.app import create_app
 from ferryman.wiring import open_runtime
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from fastapi import FastAPI
     from schemathesis import Case
+    from tests.hostile.conftest import Server
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = 300
-
-
-def transport_kwargs(case: Case) -> dict[str, Any]:
-    """schemathesis's requests-style call, as httpx arguments."""
-    given = case.as_transport_kwargs(base_url="http://ferryman.test")
-    kwargs: dict[str, Any] = {
-        "method": given["method"],
-        "url": given["url"],
-        "headers": given.get("headers") or {},
-        "params": given.get("params"),
-    }
-    if "json" in given:
-        kwargs["json"] = given["json"]
-    elif given.get("data") is not None:
-        data = given["data"]
-        kwargs["content"] = data.encode() if isinstance(data, str) else data
-    return kwargs
+BASE_URL = "http://ferryman.test"
 
 
 @dataclass
@@ -89,8 +83,7 @@ def served_in_one_loop(tmp_path: Path) -> Iterator[Served]:
             key = runner.run(runtime.api_keys.create("fuzz", admin=True))
             client = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app),
-                base_url="http://ferryman.test",
-                headers={"Authorization": f"Bearer {key}"},
+                base_url=BASE_URL,
             )
             try:
                 yield Served(runner, client, key, app)
@@ -98,6 +91,40 @@ def served_in_one_loop(tmp_path: Path) -> Iterator[Served]:
                 runner.run(client.aclose())
         finally:
             runner.run(opened.__aexit__(None, None, None))
+
+
+# Rules between fields, or with what was sent before, which a JSON Schema cannot state:
+# a request valid by the document may still break one, and is then refused with 422
+# naming the field (or, for an Idempotency-Key, its code).
+RELATIONS: dict[str, set[tuple[str, ...] | str]] = {
+    # the same key with a different request; extract's schema must itself be a valid
+    # JSON Schema of an object (a rule on a value, not on its shape)
+    "createGeneration": {"idempotency_key_mismatch", ("body", "input", "schema")},
+    # from before to; a report of at most 366 days
+    "getUsage": {("query", "from"), ("query", "to")},
+    "getTenantUsage": {("query", "from"), ("query", "to")},
+    # an expiry in the future; expires_at or expires_in_seconds, not both
+    "createApiKey": {("expires_at",), ("body", "expires_at")},
+}
+
+
+INTEGRAL_FLOAT = "Input should be a valid integer"
+
+
+def breaks_a_relation(case: Case, status: int, text: str, failure: Exception) -> bool:
+    """Is this refusal of a schema-valid request one of RELATIONS, and nothing else?"""
+    allowed = RELATIONS.get(str(case.operation.definition.raw.get("operationId")), set())
+    if not isinstance(failure, RejectedPositiveData) or status != 422:
+        return False
+    problem = json.loads(text)
+    if problem["code"] in allowed:
+        return True
+    errors = problem.get("errors", [])
+    # JSON Schema counts 2.0 as an integer; the task models are strict and do not.
+    # A known gap, left to the tasks: the only other difference tolerated here.
+    return bool(errors) and all(
+        error["msg"] == INTEGRAL_FLOAT or tuple(error["loc"]) in allowed for error in errors
+    )
 
 
 BOUNDED = settings(
@@ -109,30 +136,48 @@ BOUNDED = settings(
 )
 
 
-def test_no_generated_request_is_a_server_error(tmp_path: Path) -> None:
-    server_errors: list[str] = []
-    with served_in_one_loop(tmp_path) as served:
-        schema = schemathesis.openapi.from_dict(served.app.openapi()).exclude(
-            path="/v1/admin/pause"
+def test_every_answer_matches_the_document(start_server: Callable[..., Server]) -> None:
+    """Every route, valid and invalid requests, every check schemathesis has: status
+    codes, content types, bodies and headers as documented, no 5xx, invalid input
+    refused, valid input accepted, authentication enforced."""
+    server = start_server(tenant_rate_per_second=0, tenant_read_rate_per_second=0)
+    admin_key = server.new_key("fuzz", admin=True)
+    document = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
+    schema = schemathesis.openapi.from_dict(document).exclude(path="/v1/admin/pause")
+    credentials = {"Authorization": f"Bearer {admin_key}"}
+    schema.config.update(base_url=server.url, headers=credentials)
+    # Text as clients send it: UTF-8 without NUL. The test below sends every code point.
+    schema.config.generation.update(codec="utf-8", allow_x00=False)
+    failures: dict[str, str] = {}
+    operations = set()
+
+    @BOUNDED
+    @given(
+        case=st.one_of(
+            schema.as_strategy(GenerationMode.POSITIVE),
+            schema.as_strategy(GenerationMode.NEGATIVE),
         )
+    )
+    def call(case: Case) -> None:
+        operations.add(case.operation.label)
+        response = case.call()
+        try:
+            case.validate_response(response, headers=credentials)
+        except FailureGroup as group:
+            for failure in group.exceptions:
+                if not breaks_a_relation(case, response.status_code, response.text, failure):
+                    where = f"{case.method} {case.path} -> {response.status_code}"
+                    sent = f"{case.query} {case.headers} {str(case.body)[:300]}"
+                    failures.setdefault(
+                        f"{where}: {failure.title}",
+                        f"{where}\n{failure}\nsent: {sent}\ngot: {response.text[:500]}",
+                    )
 
-        @BOUNDED
-        @given(
-            case=st.one_of(
-                schema.as_strategy(GenerationMode.POSITIVE),
-                schema.as_strategy(GenerationMode.NEGATIVE),
-            )
-        )
-        def call(case: Case) -> None:
-            response = served.send(**transport_kwargs(case))
-            if response.status_code >= 500:
-                server_errors.append(
-                    f"{case.method} {case.formatted_path} -> {response.status_code}"
-                )
+    call()
 
-        call()
-
-    assert server_errors == []
+    assert not failures, "\n\n".join(failures.values())
+    # Every route but the excluded pause was tried.
+    assert len(operations) == sum(len(methods) for methods in document["paths"].values()) - 1
 
 
 # Any code point at all, with the troublesome ones (lone surrogates, NUL, escapes,
@@ -169,7 +214,7 @@ def test_no_submitted_text_is_a_server_error(tmp_path: Path) -> None:
         @BOUNDED
         @given(body=SUBMISSIONS, key=st.one_of(st.none(), st.text(max_size=8)))
         def submit(body: dict[str, Any], key: str | None) -> None:
-            headers = {"Content-Type": "application/json"}
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {served.key}"}
             if key:
                 headers["Idempotency-Key"] = key.encode("utf-8").hex()[:255]
             raw = json.dumps(body)

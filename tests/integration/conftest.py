@@ -4,8 +4,11 @@ and SQLite in tmp_path, a FakeClock, and an in-process worker when jobs must fin
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +43,7 @@ from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from pathlib import Path
 
     from fastapi import FastAPI
@@ -271,3 +274,87 @@ def ferryman_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@dataclass
+class LiveServer:
+    """A real ``ferryman serve`` (API, worker, sweeper) on a free port in its own
+    directory, shared by a test module; each test takes keys of its own tenant."""
+
+    cwd: Path
+    url: str
+    process: subprocess.Popen[bytes]
+    tenants: int = 0
+
+    def env(self, **extra: str) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMAN_")}
+        return {**base, "FERRYMAN_URL": self.url, **extra}
+
+    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """The CLI in the server's directory (so it shares its database)."""
+        return subprocess.run(
+            [sys.executable, "-m", "ferryman", *args],
+            cwd=self.cwd,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=LIVE_COMMAND_TIMEOUT_SECONDS,
+            check=False,
+        )
+
+    def new_key(self, *, admin: bool = False) -> str:
+        """A key of a tenant no other test uses."""
+        self.tenants += 1
+        args = ["keys", "create", "--tenant", f"t{self.tenants}"] + (["--admin"] if admin else [])
+        done = self.cli(*args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+
+LIVE_COMMAND_TIMEOUT_SECONDS = 60
+LIVE_STARTUP_TIMEOUT_SECONDS = 30
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    cwd = tmp_path_factory.mktemp("served")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMAN_")}
+    env.update(
+        FERRYMAN_TENANT_RATE_PER_SECOND="0",
+        FERRYMAN_TENANT_READ_RATE_PER_SECOND="0",
+        FERRYMAN_SHUTDOWN_GRACE_SECONDS="1",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ferryman", "serve", "--port", str(port)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + LIVE_STARTUP_TIMEOUT_SECONDS
+        while True:
+            assert process.poll() is None, "ferryman serve exited during start-up"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "ferryman serve did not become healthy"
+            time.sleep(0.1)
+        yield LiveServer(cwd=cwd, url=url, process=process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=LIVE_COMMAND_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=LIVE_COMMAND_TIMEOUT_SECONDS)

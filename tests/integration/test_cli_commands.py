@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -46,8 +47,46 @@ def ferryman(
 def test_help_lists_every_command(tmp_path: Path) -> None:
     done = ferryman(tmp_path, "--help")
     assert done.returncode == 0
-    for command in ("serve", "api", "worker", "keys", "submit", "status", "doctor", "dlq", "purge"):
-        assert command in done.stdout
+    commands = ("serve", "api", "worker", "keys", "submit", "status", "doctor", "dlq", "purge")
+    for command in (*commands, "list", "events", "cancel", "pause", "resume", "models"):
+        assert f" {command} " in done.stdout, command
+
+
+@pytest.mark.parametrize(
+    ("command", "variables"),
+    [
+        (("serve",), ("FERRYMAN_HOST", "FERRYMAN_PORT")),
+        (("api",), ("FERRYMAN_HOST", "FERRYMAN_PORT")),
+        (("worker",), ("FERRYMAN_WORKER_CONCURRENCY",)),
+        (("submit",), ("FERRYMAN_URL", "FERRYMAN_API_KEY")),
+        (("status",), ("FERRYMAN_URL", "FERRYMAN_API_KEY")),
+        (("list",), ("FERRYMAN_URL", "FERRYMAN_API_KEY")),
+        (("events",), ("FERRYMAN_URL", "FERRYMAN_API_KEY")),
+        (("cancel",), ("FERRYMAN_URL", "FERRYMAN_API_KEY")),
+    ],
+)
+def test_help_shows_each_option_s_variable_and_default(
+    tmp_path: Path, command: tuple[str, ...], variables: tuple[str, ...]
+) -> None:
+    done = ferryman(tmp_path, *command, "--help", env=cli_env(COLUMNS="250"))
+    assert done.returncode == 0, done.stderr
+    for variable in variables:
+        assert f"env var: {variable}]" in done.stdout
+    assert done.stdout.count("[default: ") >= len(variables)
+
+
+def test_python_dash_m_ferryman_is_the_command(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ferryman", "--version"],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ferryman 0.1.0"
 
 
 def test_keys_create_prints_the_key_alone_and_names_the_database_it_made(
@@ -116,21 +155,39 @@ def test_submit_without_an_api_key_says_how_to_get_one(tmp_path: Path) -> None:
     assert "FERRYMAN_API_KEY" in done.stderr
 
 
-def test_submit_to_an_unreachable_api_says_so_at_once_and_where_the_url_comes_from(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("submit", "--task", "generate", "--input", "{}"),
+        ("submit", "--task", "generate", "--input", "{}", "--wait"),
+        ("status", "gen_01ARZ3NDEKTSV4RRFFQ69G5FAV"),
+        ("list",),
+        ("events", "gen_01ARZ3NDEKTSV4RRFFQ69G5FAV"),
+        ("cancel", "gen_01ARZ3NDEKTSV4RRFFQ69G5FAV"),
+    ],
+)
+def test_an_unreachable_api_is_said_at_once_with_the_url_and_how_to_change_it(
+    tmp_path: Path, command: tuple[str, ...]
 ) -> None:
     env = cli_env(FERRYMAN_URL=NOWHERE_URL, FERRYMAN_API_KEY="fm_x")
-    done = ferryman(
-        tmp_path, "submit", "--task", "generate", "--input", "{}", "--retry-for", "1", env=env
-    )
+    started = time.monotonic()
+    # The default --retry-for (60 s) would be spent if the first refusal were retried.
+    done = ferryman(tmp_path, *command, env=env)
+    assert time.monotonic() - started < 20
     assert done.returncode == 1
-    first, *_ = done.stderr.splitlines()
-    assert f"cannot reach ferryman at {NOWHERE_URL}" in first
-    assert "retrying for up to 1s" in first
-    assert "FERRYMAN_URL" in first
-    assert "--url" in first
-    assert "error: cannot reach ferryman" in done.stderr
     assert done.stdout == ""
+    (line,) = done.stderr.splitlines()  # one line, said once
+    assert line.startswith(f"error: cannot reach ferryman at {NOWHERE_URL} (from FERRYMAN_URL)")
+    assert "--url" in line
+    assert "FERRYMAN_URL" in line
+    assert "retrying" not in line
+
+
+def test_an_unreachable_url_from_the_flag_is_named_as_such(tmp_path: Path) -> None:
+    env = cli_env(FERRYMAN_API_KEY="fm_x")
+    done = ferryman(tmp_path, "list", "--url", "http://127.0.0.1:9/", env=env)
+    assert done.returncode == 1
+    assert "cannot reach ferryman at http://127.0.0.1:9/ (from --url" in done.stderr
 
 
 def test_doctor_only_looks_a_missing_database_fails_and_nothing_is_created(
@@ -224,6 +281,12 @@ def test_dlq_replay_reports_unknown_jobs_as_skipped(tmp_path: Path) -> None:
     done = ferryman(tmp_path, "dlq", "replay", "gen_missing", "--reason", "test")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "skipped gen_missing (not_found)"
+    as_json = ferryman(tmp_path, "dlq", "replay", "gen_missing", "--reason", "test", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == {
+        "replayed": [],
+        "skipped": [{"job_id": "gen_missing", "reason": "not_found"}],
+    }
 
 
 def test_dlq_replay_requires_a_reason(tmp_path: Path) -> None:
@@ -318,3 +381,41 @@ async def test_dlq_replay_takes_model_failures_only_when_asked(tmp_path: Path) -
 
     assert plain.stdout.strip() == f"skipped {job_id} (not_dead_lettered)"
     assert included.stdout.strip() == f"replayed {job_id}"
+
+
+async def _dead_letter(directory: Path) -> str:
+    """A job stranded the way a crash loop strands one: its message received past
+    max_receives without any outcome, then failed as dead_lettered by the sweeper."""
+    settings = Settings(
+        database_url=f"sqlite:///{directory}/ferryman.db",
+        results_url=f"file://{directory}/ferryman-results",
+        max_receives=2,
+    )
+    clock = FakeClock()
+    async with open_runtime(settings, clock=clock) as runtime:
+        submission = await runtime.intake.submit(
+            tenant_id="acme", request=SubmitRequest(task="generate", input={"prompt": "p"})
+        )
+        for _ in range(3):
+            await runtime.queue.receive(max_messages=10, visibility_timeout_seconds=1.0)
+            clock.advance(2.0)
+        await runtime.new_sweeper().sweep_once()
+        job = await runtime.store.get(submission.job.job_id)
+    assert job is not None and job.error is not None and job.error.code == "dead_lettered"
+    return job.job_id
+
+
+async def test_dlq_list_shows_dead_letters_whole_and_as_the_api_s_json(tmp_path: Path) -> None:
+    job_id = await _dead_letter(tmp_path)
+
+    table = ferryman(tmp_path, "dlq", "list", env=cli_env(COLUMNS="30"))
+    as_json = ferryman(tmp_path, "dlq", "list", "--json")
+
+    assert table.returncode == 0, table.stderr
+    assert job_id in table.stdout  # whole, however narrow the terminal
+    assert as_json.returncode == 0, as_json.stderr
+    (item,) = json.loads(as_json.stdout)["data"]
+    # GET /v1/admin/dead-letters's item: the job as its tenant sees it, plus whose it is.
+    assert (item["job_id"], item["tenant_id"], item["status"]) == (job_id, "acme", "FAILED")
+    assert item["error"]["code"] == "dead_lettered"
+    assert {"created_at", "completed_at", "attempt_count", "task", "model"} <= set(item)

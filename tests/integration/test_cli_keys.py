@@ -76,7 +76,7 @@ def test_keys_are_listed_without_secrets_and_revoked_by_id_or_by_key(tmp_path: P
     assert [k["key_id"] for k in only_acme] == [key_id(acme)]
     expires = dt.datetime.fromisoformat(only_acme[0]["expires_at"].replace("Z", "+00:00"))
     assert abs(expires.timestamp() - time.time() - 30 * 86_400) < 3_600
-    assert listed(tmp_path, "--tenant", "globex")[0]["expires_at"] == "2099-01-31T18:00:00.000Z"
+    assert listed(tmp_path, "--tenant", "globex")[0]["expires_at"] == "2099-01-31T18:00:00.000000Z"
 
     by_id = ferryman(tmp_path, "keys", "revoke", key_id(acme), "--actor", "alice")
     assert by_id.returncode == 0, by_id.stderr

@@ -158,7 +158,7 @@ def test_submit_prints_the_job_and_status_finds_it(served: Served) -> None:
     job = json.loads(done.stdout)
     assert job["status"] == "QUEUED"
 
-    shown = served.run("status", job["job_id"])
+    shown = served.run("status", job["job_id"], "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["job_id"] == job["job_id"]
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import httpx
     from tests.integration.conftest import HttpKeys, HttpStack, ProblemCheck
 
-ISO_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+ISO_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 JOB_FIELDS = {
     "job_id",
     "status",
@@ -67,8 +67,8 @@ async def test_full_flow_submit_work_read(
     assert "Hello ferryman" in body["result"]["text"]
     for name in ("created_at", "updated_at", "completed_at"):
         assert ISO_UTC.fullmatch(body[name]), body[name]
-    assert body["created_at"] == "2023-11-14T22:13:20.000Z"  # the FakeClock's start
-    assert body["completed_at"] == "2023-11-14T22:13:21.500Z"
+    assert body["created_at"] == "2023-11-14T22:13:20.000000Z"  # the FakeClock's start
+    assert body["completed_at"] == "2023-11-14T22:13:21.500000Z"
 
     # A list shows each job exactly as GET does, result included.
     listed = (await http_client.get("/v1/generations")).json()["data"]
@@ -128,7 +128,7 @@ async def test_events_and_attempts(http_client: httpx.AsyncClient, http_stack: H
     assert attempt["attempt_no"] == 1
     assert attempt["attempt_id"].startswith("att_")
     # Where it ran is the operator's business (GET /v1/admin/generations/{id}/events):
-    # the tenant sees an opaque name in API.md's worker_id.
+    # the tenant sees an opaque name in the attempt's worker_id (docs/reference.md).
     assert attempt["worker_id"].startswith("wkr_")
     assert attempt["outcome"] == "succeeded"
     assert attempt["failure_class"] is None
@@ -136,6 +136,22 @@ async def test_events_and_attempts(http_client: httpx.AsyncClient, http_stack: H
     assert isinstance(attempt["latency_ms"], int)
     assert ISO_UTC.fullmatch(attempt["started_at"])
     assert ISO_UTC.fullmatch(attempt["ended_at"])
+
+
+async def test_a_retry_says_when_in_the_same_time_format(
+    http_client: httpx.AsyncClient, http_stack: HttpStack
+) -> None:
+    """An event detail's moment (not_before) is written like every other time, not
+    as the epoch seconds the store keeps."""
+    scripted = await http_client.post(
+        "/v1/generations",
+        json={"task": "generate", "input": {"prompt": "p", "simulate": {"script": ["throttle"]}}},
+    )
+    await http_stack.run_worker()
+    events = (await http_client.get(f"/v1/generations/{scripted.json()['job_id']}/events")).json()
+    (retry,) = [e for e in events["events"] if e["kind"] == "RETRY_SCHEDULED"]
+    assert ISO_UTC.fullmatch(retry["detail"]["not_before"]), retry["detail"]
+    assert retry["detail"]["not_before"] > retry["at"]  # same format, so text order is time order
 
 
 async def test_cancel_a_queued_job(http_client: httpx.AsyncClient, http_stack: HttpStack) -> None:
@@ -305,3 +321,19 @@ async def test_list_accepts_the_limit_bounds(http_client: httpx.AsyncClient) -> 
     for limit in (1, 200):
         response = await http_client.get("/v1/generations", params={"limit": limit})
         assert response.status_code == 200
+
+
+async def test_a_query_parameter_given_twice_is_refused_not_guessed(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    http_problem: ProblemCheck,
+) -> None:
+    app = http_stack.app()
+    url = "/v1/generations?limit=1&limit=200"
+    problem = http_problem(
+        await http_open_client(app, http_keys.acme).get(url), 422, "invalid_request"
+    )
+    assert problem["errors"][0]["loc"] == ["query", "limit"]
+    # Authentication first: an anonymous caller learns nothing about validation.
+    http_problem(await http_open_client(app).get(url), 401, "unauthenticated")

@@ -195,8 +195,8 @@ async def test_tenants_never_see_workers_or_storage_references(
     job = (await http_client.get(f"/v1/generations/{job_id}")).json()
 
     assert body["attempts"] and body["events"]
-    # API.md's attempt keeps its worker_id, as an opaque name: the same worker has the
-    # same name in the attempt and the CLAIMED event, but no host or pid shows.
+    # The attempt (docs/reference.md) keeps its worker_id, as an opaque name: the same
+    # worker has the same name in the attempt and the CLAIMED event, but no host or pid shows.
     [attempt] = body["attempts"]
     assert attempt["worker_id"].startswith("wkr_")
     claimed = next(e for e in body["events"] if e["kind"] == "CLAIMED")

@@ -79,6 +79,9 @@ async def test_a_bad_period_or_grouping_is_422(
         {"from": "2024-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
         {"from": "yesterday"},
         {"from": "2026-11-01T00:00:00"},
+        {"from": "1764460800"},  # epoch seconds: a time is RFC 3339 and nothing else
+        {"from": "2026-11-01"},  # a date is not a time
+        {"to": "2026-13-01T00:00:00Z"},
     ):
         http_problem(await http_client.get("/v1/usage", params=params), 422, "invalid_request")
 
@@ -107,3 +110,14 @@ async def test_a_paused_provider_is_resumed_by_an_operator(
         ("resume", "provider:openai"),
         ("pause", "provider:openai"),
     ]
+
+
+async def test_times_are_rfc3339_with_any_offset(http_client: httpx.AsyncClient) -> None:
+    response = await http_client.get(
+        "/v1/usage", params={"from": "2026-11-01t01:00:00.5+01:00", "to": "2026-11-02T00:00:00z"}
+    )
+    assert response.status_code == 200, response.text
+    assert (response.json()["from"], response.json()["to"]) == (
+        "2026-11-01T00:00:00.500000Z",
+        "2026-11-02T00:00:00.000000Z",
+    )

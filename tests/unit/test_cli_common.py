@@ -59,3 +59,22 @@ def test_an_instant_without_an_offset_exits_2(
 def test_tables_show_instants_in_utc_to_the_second() -> None:
     assert instant(1_896_112_800.9) == "2030-01-31T18:00:00Z"
     assert instant(None) == "-"
+
+
+def test_a_server_command_without_its_extra_names_the_extra_to_install(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import typer
+
+    from ferryman.cli.common import needs_server
+
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    for module, extra in (("uvicorn", "ferryman[server]"), ("boto3.session", "ferryman[aws]")):
+        with pytest.raises(typer.Exit) as caught:
+            needs_server(missing)(module)
+        assert caught.value.exit_code == 2
+        assert f"pip install '{extra}'" in capsys.readouterr().err
+    with pytest.raises(ModuleNotFoundError):  # our own bug is never dressed up as setup
+        needs_server(missing)("ferryman.nowhere")

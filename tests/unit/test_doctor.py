@@ -1,4 +1,5 @@
-"""The doctor's rules (ARCHITECTURE.md section 7): each one passes and fails as it should."""
+"""The doctor's rules (docs/architecture.md, Timeouts that must agree): each one passes
+and fails as it should."""
 
 from __future__ import annotations
 

@@ -6,9 +6,25 @@ import ferryman
 
 
 def test_exported_names_are_exactly_the_intended_ones() -> None:
-    assert sorted(ferryman.__all__) == ["Client", "ClientError", "WaitTimeoutError"]
+    assert sorted(ferryman.__all__) == [
+        "AsyncClient",
+        "Attempt",
+        "Client",
+        "ClientError",
+        "Event",
+        "Job",
+        "JobCancelledError",
+        "JobFailedError",
+        "JobHistory",
+        "JobStatus",
+        "Page",
+        "Submitted",
+        "UnreachableError",
+        "WaitTimeoutError",
+    ]
     for name in ferryman.__all__:
-        assert getattr(ferryman, name).__module__ == "ferryman.client"
+        module = getattr(ferryman, name).__module__
+        assert module.startswith("ferryman.client.") or module == "ferryman.core.job", name
 
 
 def test_package_is_typed() -> None:

@@ -1,3 +1,3 @@
-"""The ferryman command line: serve, api, worker, keys, submit, status, doctor, dlq."""
+"""The ferryman command line: the client's commands over HTTP, the server's and the operator's."""
 
 from __future__ import annotations

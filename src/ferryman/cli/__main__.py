@@ -1,4 +1,4 @@
-"""``python -m ferryman.cli``."""
+"""``python -m ferryman.cli``: the ``ferryman`` command."""
 
 from __future__ import annotations
 

@@ -1,19 +1,17 @@
-"""Operator commands that act on the database directly: keys and dead letters.
+"""Operator commands that act on the database directly: keys, dead letters, purge.
 
 Only ``keys create`` may make a database (saying so loudly); the others need an
 existing one, so a mistyped path or a wrong directory is an error, never a fresh
-empty file.
+empty file. ``--json`` prints what the operations API answers for the same request.
+The server's modules are imported inside the commands (see ``needs_server``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
 import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -22,6 +20,7 @@ from rich.text import Text
 from ferryman.cli.common import (
     EXIT_USAGE,
     err_console,
+    existing_database,
     fail,
     instant,
     parse_duration,
@@ -33,14 +32,10 @@ from ferryman.cli.common import (
     warn,
 )
 from ferryman.core.errors import ApiKeyNotFoundError, LastAdminKeyError, RequestError
-from ferryman.http.routes.keys import key_body
 from ferryman.ports.keys import RevokeOutcome
 from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
-from ferryman.wiring import check_urls, open_runtime, probe_database
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from ferryman.config import Settings
     from ferryman.core.job import Job
     from ferryman.ports.keys import ApiKeyRecord, Revocation
@@ -48,7 +43,10 @@ if TYPE_CHECKING:
     from ferryman.services.access import IssuedKey
     from ferryman.services.operations import ReplayReport
     from ferryman.services.retention import PurgeReport
-    from ferryman.wiring import Runtime
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the operations API's JSON instead of a table.")
+]
 
 
 def create_key(
@@ -111,6 +109,8 @@ def _expiry(expires_in: str | None, expires_at: str | None) -> float | None:
 
 
 async def _create_key(s: Settings, tenant: str, admin: bool, expires_at: float | None) -> _Created:
+    from ferryman.wiring import open_runtime, probe_database
+
     existed = (await probe_database(s)).exists
     async with open_runtime(s) as runtime:
         try:
@@ -122,9 +122,11 @@ async def _create_key(s: Settings, tenant: str, admin: bool, expires_at: float |
 
 def list_keys(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Every API key (revoked and expired ones too), oldest first. Never shows secrets."""
+    from ferryman.http.routes.keys import key_body
+
     records, now = run(_list_keys(settings(), tenant))
     if as_json:
         print_json({"data": [key_body(record, now) for record in records]})
@@ -136,16 +138,14 @@ def list_keys(
 
 
 async def _list_keys(s: Settings, tenant: str | None) -> tuple[list[ApiKeyRecord], float]:
-    async with _existing_database(s) as runtime:
+    async with existing_database(s) as runtime:
         return await runtime.api_keys.list_keys(tenant_id=tenant), runtime.api_keys.now()
 
 
 def _keys_table(records: list[ApiKeyRecord], now: float) -> Table:
     table = Table(title="API keys")
-    for column in ("id", "tenant"):
+    for column in ("id", "tenant", "admin", "status", "created", "expires", "revoked"):
         table.add_column(column, no_wrap=True)
-    for column in ("admin", "status", "created", "expires", "revoked"):
-        table.add_column(column, overflow="fold")
     for record in records:
         revoked = "-"
         if record.revoked_at is not None:
@@ -168,6 +168,7 @@ def revoke_key(
     force: Annotated[
         bool, typer.Option("--force", help="Revoke even the last usable admin key.")
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Revoke an API key: every API process refuses it (401) from its next request on.
 
@@ -175,9 +176,15 @@ def revoke_key(
     --force: without one, nobody can use the operations API until a new one is made.
     """
     s = settings()
-    revocation = run(_revoke_key(s, key, actor or f"cli:{_user()}", force))
+    revocation = run(_revoke_key(s, key, actor or f"cli:{user()}", force))
     record = revocation.record
     assert record is not None
+    if as_json:
+        from ferryman.http.routes.keys import key_body
+
+        already = revocation.outcome is RevokeOutcome.ALREADY_REVOKED
+        print_json({**key_body(record, time.time()), "already_revoked": already})
+        return
     if revocation.outcome is RevokeOutcome.ALREADY_REVOKED:
         typer.echo(
             f"{record.key_id} was already revoked "
@@ -188,7 +195,7 @@ def revoke_key(
 
 
 async def _revoke_key(s: Settings, key: str, actor: str, force: bool) -> Revocation:
-    async with _existing_database(s) as runtime:
+    async with existing_database(s) as runtime:
         try:
             return await runtime.api_keys.revoke(key, actor=actor, allow_last_admin=force)
         except ApiKeyNotFoundError as exc:
@@ -200,32 +207,18 @@ async def _revoke_key(s: Settings, key: str, actor: str, force: bool) -> Revocat
             )
 
 
-@asynccontextmanager
-async def _existing_database(s: Settings) -> AsyncIterator[Runtime]:
-    """The runtime over the configured database, which must exist: commands that only
-    look or change existing rows never make a new, empty database."""
-    check_urls(s)  # a bad URL is a configuration error (exit 2) before anything else
-    probe = await probe_database(s)
-    if not probe.exists:
-        fail(
-            f"no database at {probe.path}: check FERRYMAN_DATABASE_URL (a relative path is "
-            f"taken from the working directory, {Path.cwd()})"
-        )
-    async with open_runtime(s, create=False) as runtime:
-        yield runtime
-
-
 def list_dead_letters(
     limit: Annotated[int, typer.Option(min=1, max=200, help="Jobs per page.")] = 50,
-    cursor: Annotated[str | None, typer.Option(help="From a previous page.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    cursor: Annotated[str | None, typer.Option(help="The next_cursor of a previous page.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Jobs failed because their message was dead-lettered, across tenants, newest first."""
+    from ferryman.http.views import admin_job_body
+
     page = run(_dead_letters(settings(), limit, cursor))
     if as_json:
-        print_json(
-            {"data": [_job_summary(job) for job in page.jobs], "next_cursor": page.next_cursor}
-        )
+        data = [admin_job_body(job) for job in page.jobs]
+        print_json({"data": data, "next_cursor": page.next_cursor})
         return
     if not page.jobs:
         err_console.print("No dead-lettered jobs.")
@@ -236,38 +229,21 @@ def list_dead_letters(
 
 
 async def _dead_letters(s: Settings, limit: int, cursor: str | None) -> JobPage:
-    async with _existing_database(s) as runtime:
+    async with existing_database(s) as runtime:
         return await runtime.operations.dead_letters(limit, cursor)
-
-
-def _iso(at: float | None) -> str | None:
-    return None if at is None else dt.datetime.fromtimestamp(at, dt.UTC).isoformat()
-
-
-def _job_summary(job: Job) -> dict[str, object]:
-    return {
-        "job_id": job.job_id,
-        "tenant_id": job.tenant_id,
-        "task": job.task,
-        "attempt_count": job.attempt_count,
-        "completed_at": _iso(job.completed_at),
-        "error_code": job.error.code if job.error else None,
-    }
 
 
 def _table(jobs: list[Job]) -> Table:
     table = Table(title="dead-lettered jobs")
-    for column in ("job_id", "tenant"):
+    for column in ("job_id", "tenant", "task", "attempts", "failed at"):
         table.add_column(column, no_wrap=True)
-    for column in ("task", "attempts", "failed at"):
-        table.add_column(column, overflow="fold")
     for job in jobs:
         table.add_row(
             Text(job.job_id),
             Text(job.tenant_id),
             Text(job.task),
             str(job.attempt_count),
-            _iso(job.completed_at) or "-",
+            instant(job.completed_at),
         )
     return table
 
@@ -283,24 +259,34 @@ def replay_dead_letters(
             help="Also replay jobs that FAILED for a model reason, not only dead letters.",
         ),
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Replay dead-lettered jobs (and with --include-failed other FAILED ones).
 
     A job its client cancelled, or one that succeeded, is skipped and says why."""
     if not reason.strip():
         fail("--reason must say why", EXIT_USAGE)
-    who = actor or f"cli:{_user()}"
+    who = actor or f"cli:{user()}"
     report = run(_replay(settings(), job_ids, who, reason, include_failed))
+    if as_json:
+        print_json(_replay_body(report))
+        return
     for job_id in report.replayed:
         typer.echo(f"replayed {job_id}")
     for job_id, why in report.skipped:
         typer.echo(f"skipped {job_id} ({why})")
 
 
+def _replay_body(report: ReplayReport) -> dict[str, Any]:
+    """As POST /v1/admin/dead-letters/replay answers."""
+    skipped = [{"job_id": job_id, "reason": why} for job_id, why in report.skipped]
+    return {"replayed": report.replayed, "skipped": skipped}
+
+
 async def _replay(
     s: Settings, job_ids: list[str], actor: str, reason: str, include_failed: bool
 ) -> ReplayReport:
-    async with _existing_database(s) as runtime:
+    async with existing_database(s) as runtime:
         return await runtime.operations.replay(
             job_ids, actor=actor, reason=reason, include_failed=include_failed
         )
@@ -339,12 +325,12 @@ def purge(
 
 
 async def _purge(s: Settings, older_than_seconds: float, batch_size: int) -> PurgeReport:
-    async with _existing_database(s) as runtime:
+    async with existing_database(s) as runtime:
         retention = runtime.new_retention(batch_size=batch_size)
         return await retention.purge(older_than_seconds=older_than_seconds, reclaim=True)
 
 
-def _user() -> str:
+def user() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):

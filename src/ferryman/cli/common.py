@@ -1,13 +1,22 @@
-"""What every command shares: settings, consoles, exit codes, running a coroutine."""
+"""What every command shares: settings, consoles, exit codes, running a coroutine,
+and the line between the client's commands and the server's.
+
+This module, like every command's signature, imports nothing of the server: a
+``pip install ferryman`` (client only) runs the client's commands, and a server
+command says which extra it needs instead of failing with an ImportError.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import json
 import re
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -15,17 +24,18 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from ferryman.config import ConfigurationError, load_settings, unknown_variables
-from ferryman.observability.logging import configure_logging
-from ferryman.wiring import InvalidUrlError, UnsupportedBackendError
+from ferryman.engines import InvalidUrlError, UnsupportedBackendError
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import AsyncIterator, Callable, Coroutine
 
     from rich.table import Table
 
     from ferryman.config import Settings
+    from ferryman.wiring import Runtime
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -46,8 +56,9 @@ def warn(message: str) -> None:
     err_console.print(Text.assemble(("warning: ", "bold yellow"), message))
 
 
-def settings(**overrides: Any) -> Settings:
-    """The process settings, or a clear message and exit 2.
+def client_settings(**overrides: Any) -> Settings:
+    """The process settings, or a clear message and exit 2 (no logging set up: the
+    client's commands log nothing).
 
     A FERRYMAN_* variable that no setting reads is most likely a typo whose intended
     value is not in force: every command says so on stderr (and doctor fails on it).
@@ -55,11 +66,45 @@ def settings(**overrides: Any) -> Settings:
     for unknown in unknown_variables():
         warn(unknown.describe())
     try:
-        loaded = load_settings(**overrides)
+        return load_settings(**overrides)
     except ConfigurationError as exc:
         fail(exc.message, EXIT_USAGE)
+
+
+def settings(**overrides: Any) -> Settings:
+    """The settings of a server command, with its logging set up (to stderr)."""
+    from ferryman.observability.logging import configure_logging  # the server's (structlog)
+
+    loaded = client_settings(**overrides)
     configure_logging(loaded.log_level, loaded.log_json)
     return loaded
+
+
+SERVER_EXTRA_HINT = "pip install 'ferryman[server]'"
+# Packages of other extras than the server's, and the line that installs them.
+_EXTRA_HINTS = {"boto3": "pip install 'ferryman[aws]'", "botocore": "pip install 'ferryman[aws]'"}
+
+
+def needs_server(command: Callable[P, T]) -> Callable[P, T]:
+    """Mark a command that runs the server side (or opens its database): without the
+    server's dependencies it says which extra to install (exit 2), not a traceback."""
+
+    @functools.wraps(command)
+    def run_command(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return command(*args, **kwargs)
+        except ModuleNotFoundError as exc:
+            missing = (exc.name or "").partition(".")[0]
+            if not missing or missing == "ferryman":
+                raise
+            hint = _EXTRA_HINTS.get(missing, SERVER_EXTRA_HINT)
+            fail(
+                "this command runs ferryman's server side, whose dependencies are not "
+                f"installed (no module named {missing!r}); install them with: {hint}",
+                EXIT_USAGE,
+            )
+
+    return run_command
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -68,6 +113,23 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coroutine)
     except (UnsupportedBackendError, InvalidUrlError, ConfigurationError) as exc:
         fail(exc.message, EXIT_USAGE)
+
+
+@asynccontextmanager
+async def existing_database(s: Settings) -> AsyncIterator[Runtime]:
+    """The runtime over the configured database, which must exist: commands that only
+    look or change existing rows never make a new, empty database."""
+    from ferryman.wiring import check_urls, open_runtime, probe_database
+
+    check_urls(s)  # a bad URL is a configuration error (exit 2) before anything else
+    probe = await probe_database(s)
+    if not probe.exists:
+        fail(
+            f"no database at {probe.path}: check FERRYMAN_DATABASE_URL (a relative path is "
+            f"taken from the working directory, {Path.cwd()})"
+        )
+    async with open_runtime(s, create=False) as runtime:
+        yield runtime
 
 
 def print_json(value: Any) -> None:
@@ -120,11 +182,13 @@ def parse_instant(text: str, option: str) -> float:
     return moment.timestamp()
 
 
-def instant(at: float | None) -> str:
-    """A time as tables show it: UTC to the second, ``-`` when absent."""
+def instant(at: float | dt.datetime | None) -> str:
+    """A time as tables show it: RFC 3339 in UTC to the second with a ``Z``, ``-`` when
+    absent (epoch seconds, or an aware datetime as the client's models hold)."""
     if at is None:
         return "-"
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = at if isinstance(at, dt.datetime) else dt.datetime.fromtimestamp(at, dt.UTC)
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def print_table(table: Table) -> None:

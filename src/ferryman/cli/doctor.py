@@ -1,4 +1,4 @@
-"""``ferryman doctor``: the timeouts and limits that must agree (ARCHITECTURE.md section 7).
+"""``ferryman doctor``: the timeouts and limits that must agree (docs/architecture.md).
 
 Each rule is a pure function of the Settings returning a Check that says what was
 compared and, when it fails, which FERRYMAN_* variable to change. The rules for

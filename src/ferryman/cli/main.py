@@ -1,4 +1,11 @@
-"""The ``ferryman`` command (API.md, CLI): every command and where it lives."""
+"""The ``ferryman`` command: every command and where it lives.
+
+The client's commands (submit, status JOB_ID, list, events, cancel) need only what
+``pip install ferryman`` installs; every other command runs the server side or opens
+its database and needs ``ferryman[server]``. So this module imports nothing of the
+server: those commands import it when they run, through ``needs_server``, which
+names the extra to install when it is missing.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,20 @@ import typer
 from rich.text import Text
 
 from ferryman import __version__
-from ferryman.cli import admin, models, remote
-from ferryman.cli.common import EXIT_FAILED, err_console, fail, out_console, run, settings
-from ferryman.cli.doctor import check_environment, check_live, check_settings, render
-from ferryman.cli.serving import Roles, banner, bind, run_roles
+from ferryman.cli import admin, control, models, remote
+from ferryman.cli.common import (
+    EXIT_FAILED,
+    err_console,
+    fail,
+    needs_server,
+    out_console,
+    run,
+    settings,
+)
 from ferryman.core.errors import FerrymanError
-from ferryman.wiring import open_runtime, probe_database, results_location
 
 if TYPE_CHECKING:
+    from ferryman.cli.serving import Roles
     from ferryman.config import Settings
 
 app = typer.Typer(
@@ -28,7 +41,9 @@ app = typer.Typer(
 keys_app = typer.Typer(
     help="API keys: create, list, revoke (straight in the database).", no_args_is_help=True
 )
-dlq_app = typer.Typer(help="Dead-lettered jobs: list and replay.", no_args_is_help=True)
+dlq_app = typer.Typer(
+    help="Dead-lettered jobs: list and replay (straight in the database).", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 app.add_typer(dlq_app, name="dlq")
 
@@ -52,14 +67,31 @@ def _main(
 
 
 HostOption = Annotated[
-    str | None, typer.Option("--host", help="Interface to listen on [default: FERRYMAN_HOST]")
+    str | None,
+    typer.Option(
+        "--host",
+        envvar="FERRYMAN_HOST",
+        show_envvar=True,
+        show_default="127.0.0.1",
+        help="Interface to listen on.",
+    ),
 ]
 PortOption = Annotated[
-    int | None, typer.Option("--port", help="Port to listen on [default: FERRYMAN_PORT]")
+    int | None,
+    typer.Option(
+        "--port",
+        envvar="FERRYMAN_PORT",
+        show_envvar=True,
+        show_default="8000",
+        help="Port to listen on.",
+    ),
 ]
 
 
 async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
+    from ferryman.cli.serving import banner, bind, run_roles
+    from ferryman.wiring import open_runtime
+
     sock = bind(host, port) if roles.api else None
     try:
         async with open_runtime(s) as runtime:
@@ -72,46 +104,67 @@ async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
             sock.close()
 
 
-def _start(host: str | None, port: int | None, roles: Roles) -> None:
+def _start(
+    host: str | None,
+    port: int | None,
+    *,
+    api: bool,
+    worker: bool,
+    sweeper: bool,
+    concurrency: int | None = None,
+) -> None:
+    from ferryman.cli.serving import Roles
+
+    roles = Roles(api=api, worker=worker, sweeper=sweeper, concurrency=concurrency)
     s = settings()
     code = run(_run_process(s, host or s.host, s.port if port is None else port, roles))
     raise typer.Exit(code)
 
 
 @app.command()
+@needs_server
 def serve(host: HostOption = None, port: PortOption = None) -> None:
     """API, workers and sweeper in one process, on the embedded SQLite database."""
-    _start(host, port, Roles(api=True, worker=True, sweeper=True))
+    _start(host, port, api=True, worker=True, sweeper=True)
 
 
 @app.command()
+@needs_server
 def api(host: HostOption = None, port: PortOption = None) -> None:
     """The HTTP API only (run workers with `ferryman worker`)."""
-    _start(host, port, Roles(api=True, worker=False, sweeper=False))
+    _start(host, port, api=True, worker=False, sweeper=False)
 
 
 @app.command()
+@needs_server
 def worker(
     concurrency: Annotated[
         int | None,
-        typer.Option(min=1, help="Model calls in flight [default: FERRYMAN_WORKER_CONCURRENCY]"),
+        typer.Option(
+            min=1,
+            envvar="FERRYMAN_WORKER_CONCURRENCY",
+            show_envvar=True,
+            show_default="64",
+            help="Model calls in flight.",
+        ),
     ] = None,
     no_sweeper: Annotated[
         bool, typer.Option("--no-sweeper", help="Do not run the (idempotent) sweeper here.")
     ] = False,
 ) -> None:
     """A worker (and a sweeper): runs model calls from the queue. Any number may run."""
-    _start(
-        None, None, Roles(api=False, worker=True, sweeper=not no_sweeper, concurrency=concurrency)
-    )
+    _start(None, None, api=False, worker=True, sweeper=not no_sweeper, concurrency=concurrency)
 
 
 @app.command()
+@needs_server
 def doctor() -> None:
     """Check the timeouts and limits that must agree, the database and the results location.
 
     It only looks: nothing is created, migrated or written, whatever it finds.
     """
+    from ferryman.cli.doctor import check_environment, check_live, check_settings, render
+
     s = settings()
     checks = [*check_settings(s), check_environment(), *run(check_live(s))]
     out_console.print(render(checks))
@@ -128,13 +181,18 @@ def doctor() -> None:
 
 
 @app.command()
+@needs_server
 def migrate() -> None:
-    """Make the database if there is none and bring its schema up to date; make the
+    """Make or upgrade the database and make the results directory.
+
+    Makes the database if there is none and brings its schema up to date; makes the
     results directory if there is none. Says on stderr what it did, by absolute path."""
     run(_migrate(settings()))
 
 
 async def _migrate(s: Settings) -> None:
+    from ferryman.wiring import open_runtime, probe_database, results_location
+
     before = await probe_database(s)
     try:
         async with open_runtime(s):
@@ -157,15 +215,22 @@ async def _migrate(s: Settings) -> None:
         err_console.print(f"created the results directory {directory}", highlight=False)
 
 
+# The client's commands: only HTTP.
 app.command()(remote.submit)
 app.command()(remote.status)
-keys_app.command("create")(admin.create_key)
-keys_app.command("list")(admin.list_keys)
-keys_app.command("revoke")(admin.revoke_key)
-dlq_app.command("list")(admin.list_dead_letters)
-dlq_app.command("replay")(admin.replay_dead_letters)
-app.command()(admin.purge)
-app.command()(models.models)
+app.command("list")(remote.list_jobs)
+app.command()(remote.events)
+app.command()(remote.cancel)
+# The operator's commands: straight in the database.
+app.command()(needs_server(control.pause))
+app.command()(needs_server(control.resume))
+keys_app.command("create")(needs_server(admin.create_key))
+keys_app.command("list")(needs_server(admin.list_keys))
+keys_app.command("revoke")(needs_server(admin.revoke_key))
+dlq_app.command("list")(needs_server(admin.list_dead_letters))
+dlq_app.command("replay")(needs_server(admin.replay_dead_letters))
+app.command()(needs_server(admin.purge))
+app.command()(needs_server(models.models))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from rich.text import Text
 from ferryman.cli.common import EXIT_FAILED, fail, print_json, print_table, run, settings
 from ferryman.core.errors import FerrymanError
 from ferryman.services.catalog import ProviderReport, provider_reports
-from ferryman.wiring import build_catalog
 
 if TYPE_CHECKING:
     from ferryman.services.catalog import ModelCatalog
@@ -28,6 +27,8 @@ def models(
     ] = True,
 ) -> None:
     """List the model aliases and providers, and check each provider (exit 1 if one fails)."""
+    from ferryman.wiring import build_catalog
+
     try:
         catalog = build_catalog(settings())
     except FerrymanError as exc:

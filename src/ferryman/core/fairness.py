@@ -1,8 +1,8 @@
 """Fair dispatch between tenants: which waiting messages a receive takes, in what order.
 
-The rule (ARCHITECTURE.md section 6): a tenant's share of a receiver's slots is
-bounded, and no tenant's backlog or retries hold another tenant's fresh work behind
-them. Given each tenant's waiting messages (oldest-visible first, already cut to what
+The rule (docs/architecture.md, the worker's steps): a tenant's share of a receiver's
+slots is bounded, and no tenant's backlog or retries hold another tenant's fresh work
+behind them. Given each tenant's waiting messages (oldest-visible first, already cut to what
 that tenant may still hold), slots go one at a time to the tenant holding the fewest,
 ties to the one whose next message has waited longest. A tenant with 90 queued jobs
 and one with 2 therefore split free slots evenly until the small one is served.

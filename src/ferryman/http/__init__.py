@@ -1,4 +1,4 @@
-"""The HTTP API (API.md): a FastAPI app built from services by ``create_app``."""
+"""The HTTP API (docs/reference.md): a FastAPI app built from services by ``create_app``."""
 
 from __future__ import annotations
 

@@ -8,6 +8,11 @@ Middleware, outermost first: the access log (which also turns an unexpected
 exception into a bare 500 problem, and adds the headers every response carries),
 then the body limits (size and time), then the routes.
 
+The API's documentation needs nothing from the internet: /openapi.json is the
+document, and /docs (Swagger UI) and /redoc (ReDoc) load their scripts and styles
+from the app itself (``fastapi-offline`` ships them), not from a CDN, so they work
+on a closed network.
+
 Trailing slashes are not redirected: Starlette's redirect builds an absolute URL
 from the request's Host header, which a caller controls. ``/v1/generations/`` is
 a 404 problem like any other unknown path.
@@ -18,16 +23,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.middleware import Middleware
 
 from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
+from ferryman.http.openapi import install_openapi
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
 from ferryman.http.routes import admin, admin_jobs, health, jobs, keys, tasks, usage
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from ferryman.core.clock import Clock
     from ferryman.services.access import ApiKeys
     from ferryman.services.intake import Intake
@@ -83,8 +91,15 @@ class AppDeps:
         return policies
 
 
+# Swagger UI and ReDoc assets, served by the app itself (see the module docstring).
+DOCS_ASSETS_PATH = "/docs/assets"
+
+
 def create_app(deps: AppDeps) -> FastAPI:
-    app = FastAPI(
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS_PATH,
+        # Swagger UI would show a badge fetched from validator.swagger.io: not offline.
+        swagger_ui_parameters={"validatorUrl": None},
         title="ferryman",
         summary="Durable jobs for slow, costly foundation-model calls.",
         version="0.1.0",
@@ -108,4 +123,5 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(health.router)
     tasks.install(app, deps.tasks)
+    install_openapi(app, deps.tasks, models=lambda: deps.intake.model_names())
     return app

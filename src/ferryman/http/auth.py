@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ferryman.core.errors import AuthenticationError, ForbiddenError
+from ferryman.core.errors import AuthenticationError, ForbiddenError, InvalidRequestError
 from ferryman.http.context import request_info
 from ferryman.http.errors import RateLimitedError
 from ferryman.http.rate_limit import Budget
@@ -27,12 +28,23 @@ if TYPE_CHECKING:
 _MAX_TOKEN_CHARS = 512
 
 
+# Declares the scheme in the OpenAPI document (so Swagger's Authorize button works) on
+# every route that authenticates; the header itself is read by _bearer_token below,
+# which also bounds its length and answers a problem rather than FastAPI's own 403.
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearerAuth",
+    description="An API key (`ferryman keys create`), as `Authorization: Bearer <key>`.",
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+
+
 def app_deps(request: Request) -> AppDeps:
     deps: AppDeps = request.app.state.deps
     return deps
 
 
-async def authenticated(request: Request) -> Principal:
+async def authenticated(request: Request, _scheme: Credentials) -> Principal:
     deps = app_deps(request)
     principal = await deps.api_keys.authenticate(_bearer_token(request))
     info = request_info(request)
@@ -43,7 +55,20 @@ async def authenticated(request: Request) -> Principal:
         info.response_headers.extend(quota.headers())
         if not quota.allowed:
             raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
+    # Here rather than before: an anonymous caller learns nothing about validation.
+    refuse_repeated_query(request)
     return principal
+
+
+def refuse_repeated_query(request: Request) -> None:
+    """Every query parameter of this API takes one value: one given twice is refused
+    (422) rather than read as whichever came last."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            msg = f"the query parameter {name!r} is given more than once"
+            raise InvalidRequestError(msg, errors=[{"loc": ["query", name], "msg": msg}])
+        seen.add(name)
 
 
 async def admin(principal: Annotated[Principal, Depends(authenticated)]) -> Principal:

@@ -44,7 +44,7 @@ MAX_METADATA_BYTES = 4096
 # Lone surrogates cannot be encoded as UTF-8 (hashing, storage and responses all fail);
 # NUL ends a C string and PostgreSQL text refuses it.
 _INVALID_TEXT = re.compile("[\x00\ud800-\udfff]")
-# Until signed webhooks exist these fields are refused, never stored or hashed (API.md).
+# Until signed webhooks exist these fields are refused, never stored or hashed (docs/reference.md).
 RESERVED_FIELDS = ("webhook_url",)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -90,7 +90,15 @@ class ReplayRequest(BaseModel):
 
 
 class SwitchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # The rule _provider_named_only_for_providers enforces, told to the document.
+        json_schema_extra={
+            "if": {"properties": {"what": {"const": "provider"}}},
+            "then": {"required": ["provider"], "properties": {"provider": {"type": "string"}}},
+            "else": {"properties": {"provider": {"type": "null"}}},
+        },
+    )
 
     # A Literal, not the Switch enum, so the schema has no $defs (see openapi_body).
     # "provider" pauses (or resumes) calls to the provider named in ``provider``.
@@ -126,10 +134,13 @@ _COMPONENT_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _COMPONENT_REF = "#/components/schemas/"
 
 
-def describe_task_bodies(document: dict[str, Any], registry: TaskRegistry) -> None:
+def describe_task_bodies(
+    document: dict[str, Any], registry: TaskRegistry, *, models: list[str] | None = None
+) -> None:
     """Make the OpenAPI ``document`` show the submission body per registered task: a
     ``oneOf`` with a discriminator on ``task``, each entry's ``input`` being that task's
-    input schema, every schema it needs added to ``components.schemas``."""
+    input schema, every schema it needs added to ``components.schemas``. ``models``:
+    the model names intake accepts (any name when None)."""
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     base = GenerationRequest.model_json_schema()
     mapping: dict[str, str] = {}
@@ -141,6 +152,12 @@ def describe_task_bodies(document: dict[str, Any], registry: TaskRegistry) -> No
             entry["description"] = task.description
         entry["properties"]["task"] = {"type": "string", "const": task.name, "title": "Task"}
         entry["properties"]["input"] = {"$ref": input_ref}
+        if models is not None:
+            entry["properties"]["model"] = {
+                "anyOf": [{"type": "string", "enum": models}, {"type": "null"}],
+                "title": "Model",
+                "description": f"A configured model; default: {task.default_model}",
+            }
         mapping[task.name] = _add_component(schemas, entry["title"], entry, task.name)
     body = {
         "oneOf": [{"$ref": ref} for ref in mapping.values()],

@@ -1,9 +1,10 @@
-"""How jobs, events and attempts look on the wire (API.md): plain JSON, times in UTC.
+"""How jobs, events and attempts look on the wire (docs/reference.md): plain JSON, times in UTC.
 
-Times are ISO-8601 with millisecond precision and a ``Z``; absent values are null.
+Times are RFC 3339 in UTC with microseconds and a ``Z`` (http/timestamps.py), in
+event details too; absent values are null.
 
 Tenants see what their jobs did, never where or how it ran: a worker is named by an
-opaque pseudonym (``worker_id`` keeps its place in API.md's attempt, and two attempts
+opaque pseudonym (``worker_id`` keeps its place in the documented attempt, and two attempts
 on one worker still show the same name, but no host or pid), and no storage
 reference is shown (``result_ref`` is left out of event details). Operators see the
 real values, and which tenant a job is, but never a job's input or output.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
@@ -24,6 +24,7 @@ from fastapi import Query
 from fastapi.responses import JSONResponse
 
 from ferryman.core.models import usd
+from ferryman.http.timestamps import rfc3339
 
 if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 # Where data lives: for operators, not for tenants.
 STORAGE_FIELDS = frozenset({"result_ref"})
 WORKER_FIELD = "worker_id"
+# Event details that are moments (epoch seconds in the store), written like every time.
+TIME_DETAIL_FIELDS = frozenset({"not_before"})
 
 # A page cursor is the next_cursor of an earlier page: today the id of the last job
 # it held (``gen_`` and a ULID). Anything else is refused with 422, never read as
@@ -55,13 +58,6 @@ class JsonBody(JSONResponse):
             return orjson.dumps(_encodable(content))
 
 
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    moment = datetime.fromtimestamp(ts, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def error_body(error: JobError | None) -> dict[str, str] | None:
     if error is None:
         return None
@@ -73,7 +69,7 @@ def submission_body(job: Job) -> dict[str, Any]:
     return {
         "job_id": job.job_id,
         "status": str(job.status),
-        "created_at": iso(job.created_at),
+        "created_at": rfc3339(job.created_at),
         "correlation_id": job.correlation_id,
     }
 
@@ -85,9 +81,9 @@ def job_summary(job: Job) -> dict[str, Any]:
         "status": str(job.status),
         "task": job.task,
         "model": job.model,
-        "created_at": iso(job.created_at),
-        "updated_at": iso(job.updated_at),
-        "completed_at": iso(job.completed_at),
+        "created_at": rfc3339(job.created_at),
+        "updated_at": rfc3339(job.updated_at),
+        "completed_at": rfc3339(job.completed_at),
         "attempt_count": job.attempt_count,
         "correlation_id": job.correlation_id,
         "metadata": job.metadata,
@@ -128,8 +124,8 @@ def admin_job_detail(job: Job) -> dict[str, Any]:
         "fence": job.fence,
         "attempt_id": job.attempt_id,
         "worker_id": job.worker_id,
-        "lease_until": iso(job.lease_until),
-        "not_before": iso(job.not_before),
+        "lease_until": rfc3339(job.lease_until),
+        "not_before": rfc3339(job.not_before),
         "failure_count": job.failure_count,
         "invalid_output_count": job.invalid_output_count,
         "result_ref": job.result_ref,
@@ -142,12 +138,18 @@ def worker_pseudonym(worker_id: str) -> str:
 
 
 def event_body(event: Event, *, internals: bool = False) -> dict[str, Any]:
-    detail = event.detail
-    if not internals:
-        detail = {k: v for k, v in detail.items() if k not in STORAGE_FIELDS}
-        if isinstance(detail.get(WORKER_FIELD), str):
-            detail[WORKER_FIELD] = worker_pseudonym(detail[WORKER_FIELD])
-    return {"seq": event.seq, "at": iso(event.at), "kind": str(event.kind), "detail": detail}
+    detail: dict[str, Any] = {
+        key: rfc3339(value) if key in TIME_DETAIL_FIELDS and _is_number(value) else value
+        for key, value in event.detail.items()
+        if internals or key not in STORAGE_FIELDS
+    }
+    if not internals and isinstance(detail.get(WORKER_FIELD), str):
+        detail[WORKER_FIELD] = worker_pseudonym(detail[WORKER_FIELD])
+    return {"seq": event.seq, "at": rfc3339(event.at), "kind": str(event.kind), "detail": detail}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def attempt_body(attempt: Attempt, *, internals: bool = False) -> dict[str, Any]:
@@ -162,8 +164,8 @@ def _attempt_fields(attempt: Attempt) -> dict[str, Any]:
         "attempt_no": attempt.attempt_no,
         "attempt_id": attempt.attempt_id,
         "worker_id": attempt.worker_id,
-        "started_at": iso(attempt.started_at),
-        "ended_at": iso(attempt.ended_at),
+        "started_at": rfc3339(attempt.started_at),
+        "ended_at": rfc3339(attempt.ended_at),
         "outcome": None if attempt.outcome is None else str(attempt.outcome),
         "failure_class": None if attempt.failure_class is None else str(attempt.failure_class),
         "error_code": attempt.error_code,
@@ -197,7 +199,7 @@ def _encodable(value: Any) -> Any:
 def audit_body(record: AuditRecord) -> dict[str, Any]:
     return {
         "id": record.record_id,
-        "at": iso(record.at),
+        "at": rfc3339(record.at),
         "actor": record.actor,
         "action": str(record.action),
         "target": record.target,

@@ -39,7 +39,9 @@ KEY_PREFIX = "fm"
 _KEY_ID_HEX_CHARS = 12
 _TOKEN_RE = re.compile(r"fm_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{16,128})")
 _KEY_ID_RE = re.compile(r"(?:fm_)?(?P<key_id>[0-9a-f]{12})")
-_TENANT_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# What a tenant name may be (also told to the OpenAPI document).
+TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+_TENANT_RE = re.compile(TENANT_PATTERN)
 # The longest a key may be made to live: far beyond any real expiry, and near enough
 # that every expiry stays a date that can be written (datetime stops at year 9999).
 MAX_KEY_LIFETIME_SECONDS = 100 * 365 * 86_400

@@ -1,4 +1,4 @@
-"""One delivery of one message, through the ten steps of ARCHITECTURE.md section 6.
+"""One delivery of one message, through the worker's steps (docs/architecture.md).
 
 The rule that keeps this safe: every change to the job is a conditional write
 that names this attempt, and the message is deleted only after the job holds a

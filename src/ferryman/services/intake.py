@@ -82,6 +82,10 @@ class Intake:
         self._quotas = quotas or TenantQuotas()
         self._sim_scripts = sim_scripts
 
+    def model_names(self) -> list[str] | None:
+        """The models a submission may name; None when any name is taken (no catalog)."""
+        return None if self._catalog is None else [a.name for a in self._catalog.aliases()]
+
     async def submit(
         self,
         *,

@@ -1,4 +1,5 @@
-"""The job state machine against an independent model of the rules (ARCHITECTURE.md 4, 6).
+"""The job state machine against an independent model of the rules (docs/architecture.md:
+the data model and the worker's steps).
 
 Each rule computes from the model whether the call is legal, then checks that
 core.job either performs it exactly or raises the right error without changing

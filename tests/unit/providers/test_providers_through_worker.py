@@ -1,5 +1,5 @@
 """Every failure class of every provider, through the worker: each ends as the retry
-rules say (ARCHITECTURE.md section 6), not just as the adapter raises it."""
+rules say (docs/architecture.md, Failure classes), not just as the adapter raises it."""
 
 from __future__ import annotations
 

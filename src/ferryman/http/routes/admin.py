@@ -8,13 +8,24 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from ferryman.http.auth import Admin, app_deps
-from ferryman.http.bodies import ReplayRequest, SwitchRequest, openapi_body, read_body
+from ferryman.http.bodies import ReplayRequest, SwitchRequest, read_body
+from ferryman.http.openapi import Access, operation
+from ferryman.http.schemas import AdminJobPage, AuditPage, PausedState, ReplayReport
 from ferryman.http.views import Cursor, admin_job_body, audit_body
 
 router = APIRouter(prefix="/v1/admin", tags=["operations"])
 
 
-@router.get("/dead-letters")
+@router.get(
+    "/dead-letters",
+    **operation(
+        "listDeadLetters",
+        AdminJobPage,
+        access=Access.ADMIN,
+        params=True,
+        summary="Dead-lettered jobs, across tenants",
+    ),
+)
 async def dead_letters(
     request: Request,
     principal: Admin,
@@ -27,7 +38,16 @@ async def dead_letters(
     )
 
 
-@router.post("/dead-letters/replay", openapi_extra=openapi_body(ReplayRequest))
+@router.post(
+    "/dead-letters/replay",
+    **operation(
+        "replayDeadLetters",
+        ReplayReport,
+        access=Access.ADMIN,
+        body=ReplayRequest,
+        summary="Replay dead-lettered jobs",
+    ),
+)
 async def replay(request: Request, principal: Admin) -> JSONResponse:
     body = await read_body(request, ReplayRequest)
     report = await app_deps(request).operations.replay(
@@ -44,12 +64,30 @@ async def replay(request: Request, principal: Admin) -> JSONResponse:
     )
 
 
-@router.post("/pause", openapi_extra=openapi_body(SwitchRequest))
+@router.post(
+    "/pause",
+    **operation(
+        "pauseWork",
+        PausedState,
+        access=Access.ADMIN,
+        body=SwitchRequest,
+        summary="Pause intake, workers or a provider",
+    ),
+)
 async def pause(request: Request, principal: Admin) -> JSONResponse:
     return await _set_switch(request, principal.key_id, paused=True)
 
 
-@router.post("/resume", openapi_extra=openapi_body(SwitchRequest))
+@router.post(
+    "/resume",
+    **operation(
+        "resumeWork",
+        PausedState,
+        access=Access.ADMIN,
+        body=SwitchRequest,
+        summary="Resume intake, workers or a provider",
+    ),
+)
 async def resume(request: Request, principal: Admin) -> JSONResponse:
     return await _set_switch(request, principal.key_id, paused=False)
 
@@ -65,7 +103,12 @@ async def _set_switch(request: Request, actor: str, *, paused: bool) -> JSONResp
     return JSONResponse({"paused": await operations.paused_names()})
 
 
-@router.get("/audit")
+@router.get(
+    "/audit",
+    **operation(
+        "listAuditRecords", AuditPage, access=Access.ADMIN, params=True, summary="The audit log"
+    ),
+)
 async def audit(
     request: Request,
     principal: Admin,

@@ -1,20 +1,22 @@
-"""Liveness, readiness and Prometheus metrics: no authentication (API.md)."""
+"""Liveness, readiness and Prometheus metrics: no authentication (docs/reference.md)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ferryman.core.errors import StoreUnavailableError
 from ferryman.http.auth import app_deps
 from ferryman.http.error_map import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
+from ferryman.http.openapi import Access, operation
+from ferryman.http.schemas import Health, Readiness
 from ferryman.observability import metrics
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", **operation("healthz", Health, access=Access.PUBLIC, summary="Liveness"))
 async def healthz() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
@@ -23,7 +25,16 @@ async def healthz() -> JSONResponse:
 NOT_READY_RETRY_AFTER_SECONDS = 5
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    **operation(
+        "readyz",
+        Readiness,
+        access=Access.PUBLIC,
+        summary="Readiness: store, queue and result store reachable",
+        errors=(StoreUnavailableError,),
+    ),
+)
 async def readyz(request: Request) -> JSONResponse:
     """200 when every dependency works now; 503 problem+json naming each one otherwise."""
     checks = await app_deps(request).operations.readiness()
@@ -50,7 +61,17 @@ async def readyz(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    **operation(
+        "metrics",
+        None,
+        access=Access.PUBLIC,
+        summary="Prometheus metrics",
+        description="The Prometheus text exposition format (text/plain).",
+    ),
+    response_class=PlainTextResponse,
+)
 async def metrics_text(request: Request) -> Response:
     try:
         stats = await app_deps(request).operations.queue_stats()

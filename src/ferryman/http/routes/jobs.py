@@ -7,10 +7,32 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from ferryman.core.errors import (
+    AlreadyTerminalError,
+    BacklogQuotaExceededError,
+    IdempotencyKeyMismatchError,
+    InvalidIdempotencyKeyError,
+    JobNotFoundError,
+    PausedError,
+    ResultsUnavailableError,
+    ResultUnreadableError,
+    StateConflictError,
+    StorageQuotaExceededError,
+    UnsupportedFieldError,
+)
 from ferryman.core.job import JobStatus
 from ferryman.http.auth import Tenant, app_deps
-from ferryman.http.bodies import GenerationRequest, openapi_body, read_body
+from ferryman.http.bodies import GenerationRequest, read_body
 from ferryman.http.context import request_info, valid_traceparent
+from ferryman.http.openapi import (
+    IDEMPOTENCY_KEY,
+    IDEMPOTENT_REPLAYED,
+    LOCATION,
+    TRACEPARENT,
+    Access,
+    operation,
+)
+from ferryman.http.schemas import Job, JobHistory, JobPage, Submission
 from ferryman.http.views import (
     Cursor,
     JsonBody,
@@ -25,7 +47,27 @@ from ferryman.services.intake import SubmitRequest
 router = APIRouter(prefix="/v1/generations", tags=["generations"])
 
 
-@router.post("", status_code=202, openapi_extra=openapi_body(GenerationRequest))
+@router.post(
+    "",
+    **operation(
+        "createGeneration",
+        Submission,
+        access=Access.TENANT,
+        status=202,
+        summary="Submit a job",
+        body=GenerationRequest,
+        errors=(
+            InvalidIdempotencyKeyError,
+            IdempotencyKeyMismatchError,
+            UnsupportedFieldError,
+            BacklogQuotaExceededError,
+            StorageQuotaExceededError,
+            PausedError,
+        ),
+        request_headers=(IDEMPOTENCY_KEY, TRACEPARENT),
+        response_headers=LOCATION | IDEMPOTENT_REPLAYED,
+    ),
+)
 async def submit(request: Request, principal: Tenant) -> JSONResponse:
     body = await read_body(request, GenerationRequest)
     info = request_info(request)
@@ -49,7 +91,10 @@ async def submit(request: Request, principal: Tenant) -> JSONResponse:
     return JSONResponse(submission_body(job), status_code=202, headers=headers)
 
 
-@router.get("")
+@router.get(
+    "",
+    **operation("listGenerations", JobPage, access=Access.TENANT, params=True, summary="List jobs"),
+)
 async def list_jobs(
     request: Request,
     principal: Tenant,
@@ -69,13 +114,33 @@ async def list_jobs(
     )
 
 
-@router.get("/{job_id}")
+@router.get(
+    "/{job_id}",
+    **operation(
+        "getGeneration",
+        Job,
+        access=Access.TENANT,
+        params=True,
+        summary="Read a job",
+        errors=(JobNotFoundError, ResultsUnavailableError, ResultUnreadableError),
+    ),
+)
 async def get_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     view = await app_deps(request).jobs.get(principal.tenant_id, job_id)
     return JsonBody(job_body(view.job, result_json=view.result_json))
 
 
-@router.get("/{job_id}/events")
+@router.get(
+    "/{job_id}/events",
+    **operation(
+        "listGenerationEvents",
+        JobHistory,
+        access=Access.TENANT,
+        params=True,
+        summary="A job's events and attempts",
+        errors=(JobNotFoundError,),
+    ),
+)
 async def job_events(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     events, attempts = await app_deps(request).jobs.history(principal.tenant_id, job_id)
     return JsonBody(
@@ -86,7 +151,17 @@ async def job_events(request: Request, principal: Tenant, job_id: str) -> JSONRe
     )
 
 
-@router.post("/{job_id}/cancel")
+@router.post(
+    "/{job_id}/cancel",
+    **operation(
+        "cancelGeneration",
+        Job,
+        access=Access.TENANT,
+        params=True,
+        summary="Cancel a job",
+        errors=(JobNotFoundError, AlreadyTerminalError, StateConflictError),
+    ),
+)
 async def cancel_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     job = await app_deps(request).jobs.cancel(principal.tenant_id, job_id)
     # A job that can still be cancelled has not succeeded, so it has no result.

@@ -1,8 +1,7 @@
 """/v1/tasks: the tasks this deployment accepts, with their schemas and defaults.
 
 Any authenticated tenant may read it (it spends the read budget): a client learns
-what it may submit without reading the server's configuration. ``install`` also
-makes the OpenAPI document describe the submission body per task.
+what it may submit without reading the server's configuration.
 """
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ferryman.http.auth import Tenant
-from ferryman.http.bodies import describe_task_bodies
+from ferryman.http.openapi import Access, operation
+from ferryman.http.schemas import TaskList
 from ferryman.http.views import JsonBody
 
 if TYPE_CHECKING:
@@ -24,30 +24,26 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
-@router.get("")
+@router.get(
+    "",
+    **operation(
+        "listTasks", TaskList, access=Access.TENANT, summary="The tasks this deployment accepts"
+    ),
+)
 async def list_tasks(request: Request, principal: Tenant) -> JSONResponse:
     listing: dict[str, Any] = request.app.state.task_listing
     return JsonBody(listing)
 
 
 def install(app: FastAPI, registry: TaskRegistry | None) -> None:
-    """Serve GET /v1/tasks for ``registry`` (the one intake validates against) and
-    describe each task's body in the OpenAPI document. Without a registry (an app
-    built to test other routes) neither is there."""
+    """Serve GET /v1/tasks for ``registry`` (the one intake validates against).
+    Without a registry (an app built to test other routes) it is not there, and the
+    OpenAPI document describes no task's body (http/openapi.py)."""
     if registry is None:
         return
     # The registry is fixed once the process has started: build the listing once.
     app.state.task_listing = {"data": [task_body(task) for task in registry]}
     app.include_router(router)
-    generate_openapi = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            # FastAPI caches the document it returns: describe the tasks in it once.
-            describe_task_bodies(generate_openapi(), registry)
-        return app.openapi_schema  # type: ignore[return-value]
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def task_body(task: TaskDefinition[Any]) -> dict[str, Any]:

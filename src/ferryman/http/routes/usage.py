@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from ferryman.core.errors import InvalidRequestError
 from ferryman.core.models import usd
 from ferryman.http.auth import Admin, Tenant, app_deps
-from ferryman.http.views import JsonBody, iso
+from ferryman.http.openapi import Access, operation
+from ferryman.http.schemas import TenantUsageReport
+from ferryman.http.schemas import UsageReport as UsageReportBody
+from ferryman.http.timestamps import epoch_seconds, rfc3339
+from ferryman.http.views import JsonBody
 from ferryman.ports.store import UsageGroup
 
 if TYPE_CHECKING:
@@ -19,15 +21,36 @@ if TYPE_CHECKING:
 
 router = APIRouter(tags=["usage"])
 
+# Strings read by http/timestamps.py, so a time is RFC 3339 (with its offset) and
+# nothing else: not an epoch number, not a time without an offset.
 From = Annotated[
-    datetime | None,
-    Query(alias="from", description="RFC 3339 start (default: 30 days before `to`)"),
+    str | None,
+    Query(
+        alias="from",
+        description="RFC 3339 start, offset included (default: 30 days before `to`)",
+        json_schema_extra={"format": "date-time"},
+    ),
 ]
-To = Annotated[datetime | None, Query(description="RFC 3339 end, exclusive (default: now)")]
+To = Annotated[
+    str | None,
+    Query(
+        description="RFC 3339 end, exclusive, offset included (default: now)",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
 GroupBy = Annotated[UsageGroup, Query(description="day (UTC), model (alias) or task")]
 
 
-@router.get("/v1/usage")
+@router.get(
+    "/v1/usage",
+    **operation(
+        "getUsage",
+        UsageReportBody,
+        access=Access.TENANT,
+        params=True,
+        summary="Your usage and cost",
+    ),
+)
 async def tenant_usage(
     request: Request,
     principal: Tenant,
@@ -36,12 +59,25 @@ async def tenant_usage(
     group_by: GroupBy = UsageGroup.DAY,
 ) -> JsonBody:
     report = await app_deps(request).usage.report(
-        principal.tenant_id, group_by=group_by, start=_epoch(start), end=_epoch(to)
+        principal.tenant_id,
+        group_by=group_by,
+        start=epoch_seconds(start, loc=["query", "from"]),
+        end=epoch_seconds(to, loc=["query", "to"]),
     )
     return JsonBody(_report_body(report))
 
 
-@router.get("/v1/admin/usage")
+@router.get(
+    "/v1/admin/usage",
+    **operation(
+        "getTenantUsage",
+        TenantUsageReport,
+        access=Access.ADMIN,
+        params=True,
+        summary="Any tenant's usage and cost, or every tenant's",
+    ),
+    tags=["operations"],
+)
 async def admin_usage(
     request: Request,
     principal: Admin,
@@ -51,24 +87,18 @@ async def admin_usage(
     group_by: GroupBy = UsageGroup.DAY,
 ) -> JsonBody:
     report = await app_deps(request).usage.report(
-        tenant, group_by=group_by, start=_epoch(start), end=_epoch(to)
+        tenant,
+        group_by=group_by,
+        start=epoch_seconds(start, loc=["query", "from"]),
+        end=epoch_seconds(to, loc=["query", "to"]),
     )
     return JsonBody({"tenant_id": tenant, **_report_body(report)})
 
 
-def _epoch(moment: datetime | None) -> float | None:
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        msg = "a time needs its UTC offset (RFC 3339), like 2026-11-30T00:00:00Z"
-        raise InvalidRequestError(msg, errors=[{"loc": ["query"], "msg": msg}])
-    return moment.timestamp()
-
-
 def _report_body(report: UsageReport) -> dict[str, Any]:
     return {
-        "from": iso(report.start),
-        "to": iso(report.end),
+        "from": rfc3339(report.start),
+        "to": rfc3339(report.end),
         "group_by": str(report.group_by),
         "data": [{str(report.group_by): row.key, **_row_body(row)} for row in report.rows],
         "total": _row_body(report.total),

@@ -1,0 +1,219 @@
+"""``AsyncClient``: the ferryman API for asyncio programs.
+
+    async with AsyncClient("http://127.0.0.1:8000", api_key) as client:
+        job = await client.submit("generate", {"prompt": "hi"})
+        output = await client.result(job.job_id)
+
+The same methods as ``Client``, awaited; the rules they follow are in
+``ferryman.client.calls`` (what is sent, how answers are read) and
+``ferryman.client.retrying`` (when a request is tried again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import httpx
+
+from ferryman.client import calls
+from ferryman.client.retrying import (
+    DEFAULT_RETRY_BUDGET_SECONDS,
+    Contact,
+    RetryPolicy,
+    RetryState,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from ferryman.client.models import Job, JobHistory, JobStatus, Page, Submitted
+    from ferryman.client.retrying import RetryNotice
+
+T = TypeVar("T")
+
+
+async def _sleep(seconds: float) -> None:
+    """Every wait of the async client goes through here, so tests can skip the waiting."""
+    await asyncio.sleep(seconds)
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        api_key: str | None = None,
+        *,
+        timeout_seconds: float = 10,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_budget_seconds: float = DEFAULT_RETRY_BUDGET_SECONDS,
+        max_retries: int | None = None,
+        backoff_initial_seconds: float = 0.25,
+        backoff_max_seconds: float = 8.0,
+        wait_for_server: bool = True,
+        on_retry: Callable[[RetryNotice], None] | None = None,
+    ) -> None:
+        """``retry_budget_seconds``: how long after its first try a request may still be
+        retried (0: never); ``max_retries`` optionally caps the count as well.
+        ``wait_for_server=False``: a server this client never reached is an
+        UnreachableError at once. ``on_retry`` is called before each retry's wait."""
+        self._policy = RetryPolicy(
+            budget_seconds=retry_budget_seconds,
+            max_retries=max_retries,
+            backoff_initial_seconds=backoff_initial_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            wait_for_server=wait_for_server,
+        )
+        headers = {"User-Agent": "ferryman-client"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
+        )
+        self._contact = Contact()
+        self._on_retry = on_retry
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    async def __aenter__(self) -> AsyncClient:
+        await self._http.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._http.__aexit__(*exc_info)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- the API ------------------------------------------------------------------
+
+    async def submit(
+        self,
+        task: str,
+        input: dict[str, Any],
+        *,
+        model: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submitted:
+        """Submit a job; retried with one Idempotency-Key, so it creates at most one job."""
+        return await self._run(
+            calls.submit(
+                task, input, model=model, metadata=metadata, idempotency_key=idempotency_key
+            )
+        )
+
+    async def get(self, job_id: str) -> Job:
+        return await self._run(calls.get(job_id))
+
+    async def list(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[Job]:
+        """One page of the caller's jobs, newest first."""
+        return await self._run(
+            calls.list_jobs(status=status, task=task, limit=limit, cursor=cursor)
+        )
+
+    async def iter_jobs(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        task: str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[Job]:
+        """Every job of the caller, newest first, fetching page after page."""
+        cursor: str | None = None
+        while True:
+            page = await self.list(status=status, task=task, limit=page_size, cursor=cursor)
+            for job in page.data:
+                yield job
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def events(self, job_id: str) -> JobHistory:
+        return await self._run(calls.events(job_id))
+
+    async def cancel(self, job_id: str) -> Job:
+        return await self._run(calls.cancel(job_id))
+
+    async def wait(
+        self,
+        job_id: str,
+        *,
+        timeout_seconds: float = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        initial_interval: float = 0.2,
+        max_interval: float = 5,
+        on_poll: Callable[[Job], None] | None = None,
+    ) -> Job:
+        """Poll until the job is finished; WaitTimeoutError after ``timeout_seconds``.
+        ``on_poll`` sees the job after every poll (to show progress)."""
+        poll = calls.Poll(
+            timeout_seconds=timeout_seconds,
+            initial_interval=initial_interval,
+            max_interval=max_interval,
+        )
+        while True:
+            job = await self.get(job_id)
+            if on_poll is not None:
+                on_poll(job)
+            delay = poll.next_wait(job)
+            if delay is None:
+                return job
+            await _sleep(delay)
+
+    @overload
+    async def result(
+        self, job_id: str, *, timeout_seconds: float = ..., output_type: type[T]
+    ) -> T: ...
+    @overload
+    async def result(
+        self, job_id: str, *, timeout_seconds: float = ..., output_type: None = None
+    ) -> Any: ...
+    async def result(
+        self,
+        job_id: str,
+        *,
+        timeout_seconds: float = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        output_type: Any = None,
+    ) -> Any:
+        """Wait for the job and return its output (validated as ``output_type`` if
+        given); JobFailedError (with ``failure_class``) or JobCancelledError otherwise."""
+        return calls.outcome(await self.wait(job_id, timeout_seconds=timeout_seconds), output_type)
+
+    # --- transport ----------------------------------------------------------------
+
+    async def _run(self, call: calls.Call[T]) -> T:
+        return call.read(await self._send(call))
+
+    async def _send(self, call: calls.Call[Any]) -> httpx.Response:
+        tries = RetryState(
+            self._policy,
+            self._contact,
+            method=call.method,
+            path=call.path,
+            base_url=self.base_url,
+            idempotent=call.idempotent,
+            on_retry=self._on_retry,
+        )
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                )
+            except httpx.TransportError as exc:
+                await _sleep(tries.after_error(exc))
+                continue
+            delay = tries.after_response(response)
+            if delay is None:
+                await response.aread()
+                return response
+            await response.aclose()
+            await _sleep(delay)

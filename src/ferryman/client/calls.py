@@ -1,0 +1,188 @@
+"""What each client method sends and how its answer is read, without doing any I/O.
+
+The sync and async clients differ only in how they send a ``Call`` and how they
+sleep; everything else (paths, bodies, the Idempotency-Key, parsing into models,
+when a wait ends, what ``result`` raises) is here, once.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from ferryman.client.errors import (
+    ClientError,
+    JobCancelledError,
+    JobFailedError,
+    WaitTimeoutError,
+)
+from ferryman.client.models import Job, JobHistory, JobStatus, Page, Submitted
+from ferryman.client.retrying import _monotonic
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import httpx
+
+T = TypeVar("T")
+
+DEFAULT_WAIT_TIMEOUT_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One API request: what to send, whether it may be repeated, how to read the answer."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    json: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    # False: retried only when the request surely never reached the server.
+    idempotent: bool = True
+
+
+def _json_of(response: httpx.Response) -> Any:
+    if response.is_error:
+        raise ClientError.from_response(response)
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise ClientError(
+            f"the API answered {response.request.method} {response.request.url.path} "
+            "with something that is not JSON",
+            status=response.status_code,
+        ) from exc
+
+
+def _reader(model: type[T]) -> Callable[[httpx.Response], T]:
+    adapter = TypeAdapter(model)
+
+    def read(response: httpx.Response) -> T:
+        data = _json_of(response)
+        try:
+            return adapter.validate_python(data)
+        except ValidationError as exc:
+            raise ClientError(
+                f"unexpected answer from {response.request.method} "
+                f"{response.request.url.path}: {exc.error_count()} field(s) do not match "
+                f"{getattr(model, '__name__', model)}",
+                status=response.status_code,
+            ) from exc
+
+    return read
+
+
+_read_job = _reader(Job)
+_read_page = _reader(Page[Job])
+_read_history = _reader(JobHistory)
+_read_submitted_body = _reader(Submitted)
+
+
+def _read_submitted(response: httpx.Response) -> Submitted:
+    submitted = _read_submitted_body(response)
+    if response.headers.get("Idempotent-Replayed") == "true":
+        return submitted.model_copy(update={"replayed": True})
+    return submitted
+
+
+def submit(
+    task: str,
+    input: dict[str, Any],
+    *,
+    model: str | None,
+    metadata: dict[str, Any] | None,
+    idempotency_key: str | None,
+) -> Call[Submitted]:
+    """Always with an Idempotency-Key (a new uuid4 unless given), reused by every
+    retry: a submission retried after a lost answer never makes a second job."""
+    body: dict[str, Any] = {"task": task, "input": input}
+    if model is not None:
+        body["model"] = model
+    if metadata is not None:
+        body["metadata"] = metadata
+    key = idempotency_key or str(uuid.uuid4())
+    return Call(
+        "POST",
+        "/v1/generations",
+        _read_submitted,
+        json=body,
+        headers={"Idempotency-Key": key},
+    )
+
+
+def get(job_id: str) -> Call[Job]:
+    return Call("GET", f"/v1/generations/{_segment(job_id)}", _read_job)
+
+
+def events(job_id: str) -> Call[JobHistory]:
+    return Call("GET", f"/v1/generations/{_segment(job_id)}/events", _read_history)
+
+
+def cancel(job_id: str) -> Call[Job]:
+    return Call("POST", f"/v1/generations/{_segment(job_id)}/cancel", _read_job, idempotent=False)
+
+
+def list_jobs(
+    *,
+    status: JobStatus | str | None,
+    task: str | None,
+    limit: int | None,
+    cursor: str | None,
+) -> Call[Page[Job]]:
+    query = {"status": status, "task": task, "limit": limit, "cursor": cursor}
+    params = {name: str(value) for name, value in query.items() if value is not None}
+    return Call("GET", "/v1/generations", _read_page, params=params)
+
+
+def _segment(job_id: str) -> str:
+    """A job id as one path segment, whatever it holds: never a way to another route
+    (``/`` and dots are escaped, so a bad id is a 404, not a different request)."""
+    return urllib.parse.quote(job_id, safe="").replace(".", "%2E")
+
+
+class Poll:
+    """When a wait for a job polls next, and when it ends."""
+
+    def __init__(
+        self, *, timeout_seconds: float, initial_interval: float, max_interval: float
+    ) -> None:
+        self._timeout = timeout_seconds
+        self._deadline = _monotonic() + timeout_seconds
+        self._interval = initial_interval
+        self._max_interval = max_interval
+
+    def next_wait(self, job: Job) -> float | None:
+        """None once the job is finished; otherwise the wait before the next poll.
+        Raises WaitTimeoutError when the time is up."""
+        if job.terminal:
+            return None
+        remaining = self._deadline - _monotonic()
+        if remaining <= 0:
+            raise WaitTimeoutError(job, self._timeout)
+        wait = min(self._interval, remaining)
+        self._interval = min(self._max_interval, self._interval * 1.5)
+        return wait
+
+
+def outcome(job: Job, output_type: Any = None) -> Any:
+    """A finished job's output (validated as ``output_type`` if given), or the typed
+    error that says why there is none."""
+    if job.status is JobStatus.FAILED:
+        raise JobFailedError(job)
+    if job.status is JobStatus.CANCELLED:
+        raise JobCancelledError(job)
+    if output_type is None:
+        return job.result
+    try:
+        return TypeAdapter(output_type).validate_python(job.result)
+    except ValidationError as exc:
+        raise ClientError(
+            f"job {job.job_id}'s result does not match {getattr(output_type, '__name__', output_type)}"
+            f": {exc.error_count()} error(s)"
+        ) from exc
