@@ -153,6 +153,10 @@ class Settings(BaseSettings):
     url: str = "http://127.0.0.1:8000"
     api_key: str | None = Field(default=None, repr=False)
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    # The PostgreSQL engine: each process's connection pool (plus one listening connection).
+    postgres_pool_min_size: int = Field(default=1, ge=1)
+    postgres_pool_max_size: int = Field(default=10, ge=1)
+    postgres_connect_timeout_seconds: float = Field(default=5.0, gt=0)
 
     # The worker and its timeouts (docs/architecture.md, Timeouts that must agree).
     worker_concurrency: int = Field(default=64, ge=1)
@@ -229,6 +233,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = False
     failpoints: str | None = None
+
+    @model_validator(mode="after")
+    def _pool_bounds_in_order(self) -> Settings:
+        if self.postgres_pool_min_size > self.postgres_pool_max_size:
+            raise ValueError(
+                f"postgres_pool_min_size ({self.postgres_pool_min_size}) is above "
+                f"postgres_pool_max_size ({self.postgres_pool_max_size})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _models_name_known_providers(self) -> Settings:

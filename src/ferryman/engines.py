@@ -59,6 +59,8 @@ class EngineOptions:
     sqlite_synchronous: str = "FULL"
     postgres_pool_min_size: int = 1
     postgres_pool_max_size: int = 10
+    # How long to wait for a new connection, and for a free pooled one.
+    postgres_connect_timeout_seconds: float = 5.0
 
 
 @dataclass(slots=True)
@@ -127,6 +129,10 @@ class DatabaseProbe:
     latest_version: int  # the schema version this ferryman writes
     schema_version: int | None = None  # None when missing or unreadable
     error: str | None = None  # why it could not be read
+    # Whether this user could write, for engines that can tell without writing; None
+    # for a file, whose permissions the caller checks itself.
+    writable: bool | None = None
+    unwritable_reason: str | None = None
 
     @property
     def pending_migrations(self) -> int:
@@ -178,7 +184,32 @@ async def _probe_memory(url: str) -> DatabaseProbe:
 
 
 async def _probe_postgres(url: str) -> DatabaseProbe:
-    raise UnsupportedBackendError("the PostgreSQL engine is not in this build")
+    """Connect once, read the schema version and the role's rights, write nothing. A
+    server that cannot be reached, or a database that does not exist, is reported."""
+    import psycopg
+
+    from ferryman.adapters.postgres.inspection import inspect, is_missing_database
+    from ferryman.adapters.postgres.migrations import latest_version
+
+    shown, latest = _shown(url), latest_version()
+    try:
+        seen = await inspect(url)
+    except psycopg.OperationalError as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return DatabaseProbe(
+            path=shown,
+            exists=not is_missing_database(exc),
+            latest_version=latest,
+            error=f"postgresql: {reason}",
+        )
+    return DatabaseProbe(
+        path=shown,
+        exists=True,
+        latest_version=latest,
+        schema_version=seen.schema_version,
+        writable=seen.writable,
+        unwritable_reason=seen.unwritable_reason,
+    )
 
 
 @asynccontextmanager
@@ -245,8 +276,36 @@ async def _open_memory(url: str, clock: Clock, options: EngineOptions) -> AsyncI
 
 @asynccontextmanager
 async def _open_postgres(url: str, clock: Clock, options: EngineOptions) -> AsyncIterator[Engine]:
-    raise UnsupportedBackendError("the PostgreSQL engine is not in this build")
-    yield  # pragma: no cover - makes this an async generator
+    from ferryman.adapters.postgres import (
+        PostgresApiKeyStore,
+        PostgresControlStore,
+        PostgresDatabase,
+        PostgresJobQueue,
+        PostgresJobStore,
+        PostgresResultStore,
+    )
+
+    # A missing database is created when allowed (and the role may); its schema is
+    # made or upgraded here, under an advisory lock, whichever process comes first.
+    db = await PostgresDatabase.open(
+        url,
+        min_size=options.postgres_pool_min_size,
+        max_size=options.postgres_pool_max_size,
+        connect_timeout_seconds=options.postgres_connect_timeout_seconds,
+        create=options.create,
+    )
+    try:
+        yield Engine(
+            name="postgresql",
+            location=_shown(url),
+            store=PostgresJobStore(db, clock=clock),
+            queue=PostgresJobQueue(db, clock=clock, max_receives=options.max_receives),
+            keys=PostgresApiKeyStore(db),
+            control=PostgresControlStore(db),
+            results=PostgresResultStore(db),
+        )
+    finally:
+        await db.close()
 
 
 OPENERS: dict[str, Callable[[str, Clock, EngineOptions], AbstractAsyncContextManager[Engine]]] = {

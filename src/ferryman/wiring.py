@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
 FILE_SCHEME = "file://"
 INLINE_RESULTS = "db"
+# Engines that processes on several machines share: results default to the database.
+SHARED_ENGINES = frozenset({"postgresql"})
 # Result stores whose URLs are reserved but which this version does not ship.
 _PLANNED_RESULTS = ("s3://",)
 
@@ -92,11 +94,23 @@ def results_directory(results_url: str) -> str | None:
     return directory
 
 
+def results_url(settings: Settings) -> str:
+    """FERRYMAN_RESULTS_URL, or where results go when it is not set: a directory beside
+    an embedded database, but the database itself for a server that processes on many
+    machines share (a local directory would be one machine's only)."""
+    if (
+        "results_url" not in settings.model_fields_set
+        and engine_name(settings.database_url) in SHARED_ENGINES
+    ):
+        return INLINE_RESULTS
+    return settings.results_url
+
+
 def check_urls(settings: Settings) -> None:
     """Raise UnsupportedBackendError or InvalidUrlError before anything is opened."""
     if engine_name(settings.database_url) == "sqlite":
         sqlite_path(settings.database_url)
-    results_directory(settings.results_url)
+    results_directory(results_url(settings))
 
 
 def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
@@ -104,6 +118,11 @@ def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
         max_receives=settings.max_receives,
         create=create,
         sqlite_synchronous=settings.sqlite_synchronous,
+        postgres_pool_min_size=settings.postgres_pool_min_size,
+        postgres_pool_max_size=max(
+            settings.postgres_pool_min_size, settings.postgres_pool_max_size
+        ),
+        postgres_connect_timeout_seconds=settings.postgres_connect_timeout_seconds,
     )
 
 
@@ -132,7 +151,7 @@ class Runtime:
     async def prepare_storage(self) -> None:
         """Make the results directory (owner-only) if there is none, so a process that
         serves is ready, and ``doctor`` agrees, before its first result is written."""
-        directory = results_directory(self.settings.results_url)
+        directory = results_directory(results_url(self.settings))
         if directory is not None:
             await asyncio.to_thread(Path(directory).mkdir, mode=0o700, parents=True, exist_ok=True)
 
@@ -179,7 +198,7 @@ class Runtime:
 
 
 def _results_store(settings: Settings, engine: Engine) -> tuple[ResultStore, str]:
-    directory = results_directory(settings.results_url)
+    directory = results_directory(results_url(settings))
     if directory is None:
         return engine.results, f"in the {engine.name} database"
     # The store creates its directory on the first put (fsyncing each new level).
@@ -389,7 +408,7 @@ def _build(settings: Settings, engine: Engine, clock: Clock) -> Runtime:
 
 def results_location(settings: Settings) -> Path | None:
     """The absolute results directory, or None when results are kept in the database."""
-    directory = results_directory(settings.results_url)
+    directory = results_directory(results_url(settings))
     return None if directory is None else Path(directory).resolve()
 
 

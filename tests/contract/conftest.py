@@ -5,13 +5,19 @@ adapters inside its body (so the memory case never waits on a server) and calls
 require_service() when a server it needs is missing, which skips locally and
 fails under CI=true. An engine that cannot be built otherwise makes the test
 error, never skip.
+
+PostgreSQL runs on the server FERRYMAN_TEST_POSTGRES_URL names (default: the
+local one, user postgres): the session makes a fresh database there, migrates it
+once, empties its tables before each test and drops it at the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import asynccontextmanager
+import secrets
+import urllib.parse
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,7 +31,7 @@ from ferryman.ports.queue import QueueMessage
 from ferryman.services.ledger import JobLedger
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from contextlib import AbstractAsyncContextManager
     from pathlib import Path
 
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
 
 MAX_RECEIVES = 10
 RETENTION_SECONDS = 86_400.0
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def _facts(job: Job | None) -> Job | None:
@@ -117,7 +124,9 @@ class Engine:
 
 
 @asynccontextmanager
-async def _memory(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
+async def _memory(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Engine]:
     from ferryman.adapters.memory import (
         InMemoryApiKeyStore,
         InMemoryControlStore,
@@ -139,7 +148,9 @@ async def _memory(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
 
 
 @asynccontextmanager
-async def _memory_outbox(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
+async def _memory_outbox(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Engine]:
     """The memory store without its own queue: the shape of an engine like DynamoDB + SQS."""
     from ferryman.adapters.memory import (
         InMemoryApiKeyStore,
@@ -161,7 +172,9 @@ async def _memory_outbox(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engi
 
 
 @asynccontextmanager
-async def _sqlite(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
+async def _sqlite(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Engine]:
     from ferryman.adapters.sqlite import (
         SqliteApiKeyStore,
         SqliteControlStore,
@@ -188,22 +201,125 @@ async def _sqlite(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
         await db.close()
 
 
-ENGINES: dict[str, Callable[[Path, FakeClock], AbstractAsyncContextManager[Engine]]] = {
+def _database_url(server_url: str, dbname: str) -> str:
+    parts = urllib.parse.urlsplit(server_url)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + dbname))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The URL of the test server (its maintenance database), once it answers.
+    Requested only by the PostgreSQL cases, so the others never wait on a server."""
+    import psycopg
+
+    server = os.environ.get("FERRYMAN_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+    try:
+        psycopg.connect(server, autocommit=True, connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        require_service("postgresql", f"{server}: {first_line}")
+    return server
+
+
+@contextmanager
+def _scratch_database(server: str) -> Iterator[str]:
+    """A new empty database on the server; dropped (its sessions ended) on exit."""
+    import psycopg
+
+    dbname = f"ferryman_test_{secrets.token_hex(6)}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+        try:
+            yield _database_url(server, dbname)
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh database for the session's contract cases, dropped when it ends. The
+    first engine opened on it migrates it (the ledger survives emptying)."""
+    with _scratch_database(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_scratch(postgres_server: str) -> Iterator[Callable[[], str]]:
+    """Factory: another fresh, empty database (not migrated), dropped after the test."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(_scratch_database(postgres_server))
+
+
+async def _empty_postgres(url: str) -> None:
+    """Every table but the migrations ledger, emptied: each test starts from nothing."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename <> 'schema_migrations'"
+        )
+        tables = [row[0] for row in await cursor.fetchall()]
+        if tables:
+            names = ", ".join(f'"{table}"' for table in tables)
+            await conn.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
+
+
+@asynccontextmanager
+async def _postgres(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Engine]:
+    from ferryman.adapters.postgres import (
+        PostgresApiKeyStore,
+        PostgresControlStore,
+        PostgresDatabase,
+        PostgresJobQueue,
+        PostgresJobStore,
+        PostgresResultStore,
+    )
+
+    url = request.getfixturevalue("postgres_url")
+    await _empty_postgres(url)
+    db = await PostgresDatabase.open(url, min_size=1, max_size=4)
+    try:
+        yield Engine(
+            name="postgres",
+            port=PostgresJobStore(db, clock=clock),
+            queue=PostgresJobQueue(
+                db, clock=clock, max_receives=MAX_RECEIVES, poll_interval_seconds=0.05
+            ),
+            results=PostgresResultStore(db),
+            keys=PostgresApiKeyStore(db),
+            control=PostgresControlStore(db),
+            clock=clock,
+        )
+    finally:
+        await db.close()
+
+
+ENGINES: dict[
+    str, Callable[[pytest.FixtureRequest, Path, FakeClock], AbstractAsyncContextManager[Engine]]
+] = {
     "memory": _memory,
     "memory-outbox": _memory_outbox,
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 
 
 @asynccontextmanager
-async def _memory_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
+async def _memory_results(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ResultStore]:
     from ferryman.adapters.memory import InMemoryResultStore
 
     yield InMemoryResultStore()
 
 
 @asynccontextmanager
-async def _sqlite_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
+async def _sqlite_results(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ResultStore]:
     from ferryman.adapters.sqlite import SqliteDatabase, SqliteResultStore
 
     db = await SqliteDatabase.open(str(tmp_path / "r.db"), synchronous="FULL")
@@ -214,7 +330,9 @@ async def _sqlite_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
 
 
 @asynccontextmanager
-async def _file_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
+async def _file_results(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ResultStore]:
     from ferryman.adapters.files import FileResultStore
 
     store = FileResultStore(str(tmp_path / "results"))
@@ -224,10 +342,28 @@ async def _file_results(tmp_path: Path) -> AsyncIterator[ResultStore]:
         store.close()
 
 
-RESULT_STORES: dict[str, Callable[[Path], AbstractAsyncContextManager[ResultStore]]] = {
+@asynccontextmanager
+async def _postgres_results(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ResultStore]:
+    from ferryman.adapters.postgres import PostgresDatabase, PostgresResultStore
+
+    url = request.getfixturevalue("postgres_url")
+    await _empty_postgres(url)
+    db = await PostgresDatabase.open(url, min_size=1, max_size=2, listen=False)
+    try:
+        yield PostgresResultStore(db)
+    finally:
+        await db.close()
+
+
+RESULT_STORES: dict[
+    str, Callable[[pytest.FixtureRequest, Path], AbstractAsyncContextManager[ResultStore]]
+] = {
     "memory": _memory_results,
     "sqlite": _sqlite_results,
     "files": _file_results,
+    "postgres": _postgres_results,
 }
 
 
@@ -240,7 +376,7 @@ def clock() -> FakeClock:
 async def engine(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Engine]:
-    async with ENGINES[request.param](tmp_path, clock) as built:
+    async with ENGINES[request.param](request, tmp_path, clock) as built:
         yield built
 
 
@@ -248,7 +384,7 @@ async def engine(
 async def result_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ResultStore]:
-    async with RESULT_STORES[request.param](tmp_path) as built:
+    async with RESULT_STORES[request.param](request, tmp_path) as built:
         yield built
 
 

@@ -21,5 +21,5 @@ def test_a_missing_service_fails_under_ci(monkeypatch):
         require_service("postgres", "no server on localhost:5432")
 
 
-def test_the_memory_and_sqlite_engines_are_registered():
-    assert {"memory", "sqlite"} <= set(ENGINES)
+def test_the_memory_sqlite_and_postgres_engines_are_registered():
+    assert {"memory", "sqlite", "postgres"} <= set(ENGINES)

@@ -213,6 +213,10 @@ def _schema_check(probe: DatabaseProbe) -> Check:
 
 
 def _writable_check(probe: DatabaseProbe) -> Check:
+    if probe.writable is not None:  # a server database: the engine looked at the role's rights
+        return _check(
+            "database writable", probe.path, probe.writable, probe.unwritable_reason or ""
+        )
     # The server writes the file and creates its -wal and -shm files next to it.
     path = Path(probe.path)
     ok = os.access(path, os.R_OK | os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ferryman.adapters.sqlite.migrations import migrate
-from ferryman.adapters.sqlite.wakeup import Wakeup
 from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors
+from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
 """An in-process nudge for queue consumers waiting on an empty queue.
 
-A long-polling receive sleeps until this process sends a message (or makes one
-visible) or its poll interval passes; the poll covers writes by other processes.
-A generation counter closes the gap between "found nothing" and "started waiting".
+A long-polling receive sleeps until a message is sent (or made visible) or its poll
+interval passes. This process's own sends nudge it; on PostgreSQL so do other
+processes' sends, through LISTEN/NOTIFY; the poll covers the rest. A generation
+counter closes the gap between "found nothing" and "started waiting".
 """
 
 from __future__ import annotations

@@ -1,0 +1,199 @@
+"""One PostgreSQL database shared by every ferryman process, through a connection pool.
+
+Every operation borrows a pooled connection for one transaction and gives it back.
+The pool checks a connection before lending it, so one the server dropped (a
+restart, ``pg_terminate_backend``) is replaced instead of failing the operation,
+and it reconnects with backoff while the server is away; meanwhile operations fail
+fast with StoreUnavailableError (an operation waits at most ``pool_timeout_seconds``
+for a connection), which is what ``/readyz`` reports. A dedicated connection LISTENs
+for new messages (listener.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ferryman.adapters.postgres.errors import translate_errors
+from ferryman.adapters.postgres.inspection import create_database, is_missing_database
+from ferryman.adapters.postgres.listener import MESSAGES_CHANNEL, Listener
+from ferryman.adapters.postgres.migrations import migrate
+from ferryman.adapters.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+Row = dict[str, Any]
+
+
+class PostgresDatabase:
+    """Async access to one database. Build it with ``await PostgresDatabase.open(url)``."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        listener: Listener | None,
+        checker: _Checker | None = None,
+    ) -> None:
+        self._pool = pool
+        self._checker = checker
+        self._listener = listener
+        # Queue consumers of this process wait on it; NOTIFYs and own sends nudge it.
+        self.wakeup = listener.wakeup if listener is not None else Wakeup()
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_seconds: float = 5.0,
+        pool_timeout_seconds: float = 2.0,
+        listen: bool = True,
+        create: bool = True,
+    ) -> PostgresDatabase:
+        """Connect, bring the schema up to date, open the pool and the listener.
+
+        With ``create`` a database the URL names that does not exist yet is created
+        (when the role may). Raises StoreUnavailableError when the server cannot be
+        reached."""
+        if not 1 <= min_size <= max_size:
+            raise ValueError("the pool needs 1 <= min_size <= max_size")
+        connect: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout_seconds)),
+        }
+        await _migrate(url, connect, create=create)
+        checker = _Checker()
+        pool = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=connect,
+            open=False,
+            # One empty round trip before lending: a connection the server dropped is
+            # replaced here instead of failing the caller's operation.
+            check=checker.check,
+            timeout=pool_timeout_seconds,
+            name="ferryman",
+        )
+        checker.pool = pool
+        with translate_errors():
+            try:
+                await pool.open(wait=True, timeout=connect_timeout_seconds + pool_timeout_seconds)
+            except BaseException:
+                await pool.close()
+                raise
+        listener = None
+        if listen:
+            listener = Listener(url, channel=MESSAGES_CHANNEL, connect_kwargs=connect)
+            listener.start()
+        return cls(pool, listener=listener, checker=checker)
+
+    @property
+    def listening(self) -> bool:
+        """True while the listening connection is up (other processes' sends wake us)."""
+        return self._listener is not None and self._listener.connected
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection inside one transaction, committed on a clean exit."""
+        with translate_errors():
+            async with self._pool.connection() as conn, conn.transaction():
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, *, timeout_seconds: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in autocommit: each statement is its own transaction."""
+        with translate_errors():
+            async with self._pool.connection(timeout=timeout_seconds) as conn:
+                yield conn
+
+    async def fetch_all(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        async with self.connection() as conn:
+            return await fetch_all(conn, query, params)
+
+    async def fetch_one(self, query: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        async with self.connection() as conn:
+            return await fetch_one(conn, query, params)
+
+    async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run one statement in its own transaction; the rows it changed."""
+        async with self.connection() as conn:
+            return await execute(conn, query, params)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+        if self._checker is not None:
+            await self._checker.close()
+        await self._pool.close()
+
+
+class _Checker:
+    """The pool's check before lending, which on finding one dead connection checks
+    every idle one at once. A restart or a failover kills them all; the pool alone
+    would find them one per lend, sleeping with backoff (1 s, 2 s, ...) in between."""
+
+    def __init__(self) -> None:
+        self.pool: AsyncConnectionPool | None = None
+        self._sweep: asyncio.Task[None] | None = None
+
+    async def check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            if self.pool is not None and (self._sweep is None or self._sweep.done()):
+                self._sweep = asyncio.create_task(self.pool.check())
+            raise
+
+    async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                await self._sweep
+
+
+async def _migrate(url: str, connect: dict[str, Any], *, create: bool) -> None:
+    with translate_errors():
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, **connect)
+        except psycopg.OperationalError as exc:
+            if not (create and is_missing_database(exc)):
+                raise
+            await create_database(url)
+            conn = await psycopg.AsyncConnection.connect(url, **connect)
+        async with conn:
+            await migrate(conn)
+
+
+async def fetch_all(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None = None
+) -> list[Row]:
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(query, params)
+    return await cursor.fetchall()
+
+
+async def fetch_one(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None = None
+) -> Row | None:
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(query, params)
+    return await cursor.fetchone()
+
+
+async def execute(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None = None
+) -> int:
+    cursor = await conn.execute(query, params)
+    return cursor.rowcount

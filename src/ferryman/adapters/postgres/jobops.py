@@ -1,0 +1,167 @@
+"""Persisting a Change, and the other job writes, as coroutines on one transaction.
+
+A change is written as given (core.changes decides what it contains): the job row
+only if its revision is still the one the change expects (``UPDATE ... WHERE
+revision = r``; a concurrent writer of the same row makes this one wait, then
+re-check the revision), then its events, attempt rows, queue message and the
+tenant's usage counters, all in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from ferryman.adapters.postgres import messages
+from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
+from ferryman.adapters.postgres.rows import dump_json, job_from_row, job_params, report_params
+from ferryman.adapters.postgres.sql import JOBS
+from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
+from ferryman.ports.queue import QueueMessage
+from ferryman.ports.store import Accepted
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ferryman.core.changes import Change
+    from ferryman.core.job import Job
+
+
+async def load(conn: psycopg.AsyncConnection[Any], job_id: str) -> Job | None:
+    row = await fetch_one(conn, JOBS["get_job"], {"job_id": job_id})
+    return None if row is None else job_from_row(row)
+
+
+async def create(
+    conn: psycopg.AsyncConnection[Any], change: Change, *, idempotency_expires_at: float | None
+) -> Accepted:
+    """The idempotency entry first (it serializes requests with one key), then the new
+    job and everything its change carries."""
+    job = change.after
+    if job.idempotency_key is not None:
+        existing = await _claim_key(conn, job, now=change.at, expires_at=idempotency_expires_at)
+        if existing is not None:
+            return Accepted(job=existing, created=False)
+    if await execute(conn, JOBS["insert_job"], job_params(job)) != 1:
+        raise StateConflictError("a job with this id already exists")
+    await _write_consequences(conn, change, stored=1)
+    return Accepted(job=job, created=True)
+
+
+async def _claim_key(
+    conn: psycopg.AsyncConnection[Any], job: Job, *, now: float, expires_at: float | None
+) -> Job | None:
+    """Take (tenant, key) for this job; the job a live entry already names, or None.
+    Raises on a live entry for a different request."""
+    params = {
+        "tenant_id": job.tenant_id,
+        "key": job.idempotency_key,
+        "job_id": job.job_id,
+        "request_hash": job.request_hash,
+        "expires_at": expires_at,
+    }
+    if await execute(conn, JOBS["claim_idempotency"], params) == 1:
+        return None
+    entry = await fetch_one(conn, JOBS["lock_idempotency"], params)
+    if entry is None:  # purged between the two statements: nobody holds the key now
+        await execute(conn, JOBS["claim_idempotency"], params)
+        return None
+    if entry["expires_at"] is not None and now >= entry["expires_at"]:
+        await execute(conn, JOBS["replace_idempotency"], params)
+        return None
+    if entry["request_hash"] != job.request_hash:
+        raise IdempotencyKeyMismatchError()
+    return await load(conn, entry["job_id"])
+
+
+async def apply(conn: psycopg.AsyncConnection[Any], change: Change) -> bool:
+    """Write the change if the job's revision is still the expected one."""
+    params = job_params(change.after)
+    params["expected_revision"] = change.expected_revision
+    if await execute(conn, JOBS["update_job"], params) != 1:
+        return False
+    await _write_consequences(conn, change, stored=0)
+    return True
+
+
+async def _write_consequences(
+    conn: psycopg.AsyncConnection[Any], change: Change, *, stored: int
+) -> None:
+    job_id = change.job_id
+    # Pipelined: the rows a change brings go to the server in one round trip, and any
+    # failure among them still fails (and rolls back) the whole transaction.
+    async with conn.pipeline(), conn.cursor() as cursor:
+        if change.events:
+            await cursor.executemany(
+                JOBS["insert_event"],
+                [
+                    {
+                        "job_id": job_id,
+                        "seq": event.seq,
+                        "at": event.at,
+                        "kind": str(event.kind),
+                        "detail": dump_json(event.detail),
+                    }
+                    for event in change.events
+                ],
+            )
+        for ending in change.closed:
+            await cursor.execute(
+                JOBS["close_attempt"],
+                {
+                    "job_id": job_id,
+                    "attempt_id": ending.attempt_id,
+                    "ended_at": ending.ended_at,
+                    "replaces_abandoned": ending.replaces_abandoned,
+                    **report_params(ending.report),
+                },
+            )
+        if change.opened is not None:
+            attempt = change.opened
+            await cursor.execute(
+                JOBS["insert_attempt"],
+                {
+                    "job_id": job_id,
+                    "attempt_no": attempt.attempt_no,
+                    "attempt_id": attempt.attempt_id,
+                    "worker_id": attempt.worker_id,
+                    "started_at": attempt.started_at,
+                    "tenant_id": attempt.tenant_id,
+                    "task": attempt.task,
+                    "model": attempt.model,
+                },
+            )
+        if change.enqueue:
+            await messages.insert_message(conn, QueueMessage.for_job(change.after), now=change.at)
+        if stored or change.backlog_delta:
+            await _add_usage(
+                conn, change.after.tenant_id, unfinished=change.backlog_delta, stored=stored
+            )
+
+
+async def _add_usage(
+    conn: psycopg.AsyncConnection[Any], tenant_id: str, *, unfinished: int, stored: int
+) -> None:
+    await execute(
+        conn,
+        JOBS["add_usage"],
+        {"tenant_id": tenant_id, "unfinished": unfinished, "stored": stored},
+    )
+
+
+async def purge_finished(
+    conn: psycopg.AsyncConnection[Any], *, completed_before: float, limit: int
+) -> list[str]:
+    """Delete finished jobs (and what belongs to them) completed before the time."""
+    rows = await fetch_all(
+        conn, JOBS["finished_before"], {"before": completed_before, "limit": max(0, limit)}
+    )
+    if not rows:
+        return []
+    purged = [row["job_id"] for row in rows]
+    params: dict[str, Any] = {"job_ids": purged}
+    for block in ("delete_jobs_events", "delete_jobs_attempts", "delete_jobs_keys", "delete_jobs"):
+        await execute(conn, JOBS[block], params)
+    for tenant_id, count in sorted(Counter(row["tenant_id"] for row in rows).items()):
+        await _add_usage(conn, tenant_id, unfinished=0, stored=-count)
+    return purged

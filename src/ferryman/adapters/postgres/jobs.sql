@@ -1,0 +1,235 @@
+-- Jobs, their idempotency entries, attempts and events (psycopg's %(name)s parameters).
+-- A change (ferryman.core.changes) replaces the job row only if its revision is
+-- still the one the change was computed from, then writes its events and attempts.
+
+-- name: get_job
+SELECT * FROM jobs WHERE job_id = %(job_id)s;
+
+-- name: insert_job
+INSERT INTO jobs (
+    job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+    payload_version, status, dispatch_state, attempt_count, failure_count,
+    invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+    cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+    updated_at, completed_at, revision, event_seq, deliveries_without_outcome, fallback_level
+) VALUES (
+    %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s, %(model)s,
+    %(input)s, %(metadata)s, %(payload_version)s, %(status)s, %(dispatch_state)s,
+    %(attempt_count)s, %(failure_count)s, %(invalid_output_count)s, %(fence)s,
+    %(attempt_id)s, %(worker_id)s, %(lease_until)s, %(not_before)s, %(cancel_requested)s,
+    %(result_ref)s, %(error)s, %(traceparent)s, %(correlation_id)s, %(created_at)s,
+    %(updated_at)s, %(completed_at)s, %(revision)s, %(event_seq)s,
+    %(deliveries_without_outcome)s, %(fallback_level)s
+)
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: update_job
+UPDATE jobs SET
+    status = %(status)s,
+    dispatch_state = %(dispatch_state)s,
+    attempt_count = %(attempt_count)s,
+    failure_count = %(failure_count)s,
+    invalid_output_count = %(invalid_output_count)s,
+    fence = %(fence)s,
+    attempt_id = %(attempt_id)s,
+    worker_id = %(worker_id)s,
+    lease_until = %(lease_until)s,
+    not_before = %(not_before)s,
+    cancel_requested = %(cancel_requested)s,
+    result_ref = %(result_ref)s,
+    error = %(error)s,
+    updated_at = %(updated_at)s,
+    completed_at = %(completed_at)s,
+    revision = %(revision)s,
+    event_seq = %(event_seq)s,
+    deliveries_without_outcome = %(deliveries_without_outcome)s,
+    fallback_level = %(fallback_level)s
+WHERE job_id = %(job_id)s AND revision = %(expected_revision)s;
+
+-- name: claim_idempotency
+-- Taken first: a concurrent accept with the same key waits here for this one to
+-- commit, then finds its entry (so two requests never both create a job).
+INSERT INTO idempotency (tenant_id, key, job_id, request_hash, expires_at)
+VALUES (%(tenant_id)s, %(key)s, %(job_id)s, %(request_hash)s, %(expires_at)s)
+ON CONFLICT (tenant_id, key) DO NOTHING;
+
+-- name: lock_idempotency
+SELECT job_id, request_hash, expires_at
+FROM idempotency
+WHERE tenant_id = %(tenant_id)s AND key = %(key)s
+FOR UPDATE;
+
+-- name: replace_idempotency
+UPDATE idempotency SET
+    job_id = %(job_id)s, request_hash = %(request_hash)s, expires_at = %(expires_at)s
+WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
+
+-- name: insert_event
+INSERT INTO events (job_id, seq, at, kind, detail)
+VALUES (%(job_id)s, %(seq)s, %(at)s, %(kind)s, %(detail)s);
+
+-- name: list_events
+SELECT * FROM events WHERE job_id = %(job_id)s ORDER BY seq;
+
+-- name: insert_attempt
+INSERT INTO attempts (
+    job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
+) VALUES (
+    %(job_id)s, %(attempt_no)s, %(attempt_id)s, %(worker_id)s, %(started_at)s,
+    %(tenant_id)s, %(task)s, %(model)s
+);
+
+-- name: close_attempt
+-- Only an attempt with no outcome yet: an ended attempt keeps its first ending.
+-- With replaces_abandoned also one a takeover marked abandoned (its worker survived
+-- and knows better).
+UPDATE attempts SET
+    ended_at = %(ended_at)s,
+    outcome = %(outcome)s,
+    failure_class = %(failure_class)s,
+    error_code = %(error_code)s,
+    latency_ms = %(latency_ms)s,
+    input_tokens = %(input_tokens)s,
+    output_tokens = %(output_tokens)s,
+    provider_request_id = %(provider_request_id)s,
+    model = COALESCE(%(model)s, model),
+    provider = %(provider)s,
+    provider_model = %(provider_model)s,
+    finish_reason = %(finish_reason)s,
+    cost_nano_usd = %(cost_nano_usd)s,
+    raw_output = %(raw_output)s
+WHERE job_id = %(job_id)s AND attempt_id = %(attempt_id)s
+  AND (outcome IS NULL OR (%(replaces_abandoned)s AND outcome = 'abandoned'));
+
+-- name: list_attempts
+SELECT * FROM attempts WHERE job_id = %(job_id)s ORDER BY attempt_no;
+
+-- name: list_jobs_of_tenant
+-- %(before)s is the cursor (a job_id) or a sentinel above every job_id.
+SELECT * FROM jobs
+WHERE tenant_id = %(tenant_id)s
+  AND job_id < %(before)s
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+ORDER BY job_id DESC
+LIMIT %(limit)s;
+
+-- name: list_jobs_of_tenant_by_status
+SELECT * FROM jobs
+WHERE tenant_id = %(tenant_id)s
+  AND status = %(status)s
+  AND job_id < %(before)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+ORDER BY job_id DESC
+LIMIT %(limit)s;
+
+-- name: list_jobs_of_all_by_status
+SELECT * FROM jobs
+WHERE status = %(status)s
+  AND job_id < %(before)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+ORDER BY job_id DESC
+LIMIT %(limit)s;
+
+-- name: list_jobs_of_all
+SELECT * FROM jobs
+WHERE job_id < %(before)s
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+ORDER BY job_id DESC
+LIMIT %(limit)s;
+
+-- name: stalled_jobs
+-- The status list repeats the partial index's condition so the index is used.
+SELECT * FROM jobs
+WHERE status IN ('QUEUED', 'PROCESSING', 'RETRY_SCHEDULED')
+  AND updated_at < %(cutoff)s
+  AND (
+       (dispatch_state = 'PENDING' AND status IN ('QUEUED', 'RETRY_SCHEDULED'))
+    OR (status = 'PROCESSING' AND lease_until < %(cutoff)s)
+    OR (status = 'RETRY_SCHEDULED' AND not_before < %(cutoff)s)
+  )
+ORDER BY updated_at, job_id
+LIMIT %(limit)s;
+
+-- name: ping
+SELECT 1;
+
+-- name: write_probe
+INSERT INTO probe (name, at) VALUES ('readiness', %(at)s)
+ON CONFLICT (name) DO UPDATE SET at = excluded.at;
+
+-- name: cancel_requested
+SELECT job_id FROM jobs
+WHERE cancel_requested AND status = 'PROCESSING' AND job_id = ANY(%(job_ids)s::text[]);
+
+-- name: existing_jobs
+SELECT job_id FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
+
+-- name: tenant_usage
+SELECT unfinished, stored FROM tenant_usage WHERE tenant_id = %(tenant_id)s;
+
+-- name: add_usage
+INSERT INTO tenant_usage (tenant_id, unfinished, stored)
+VALUES (%(tenant_id)s, %(unfinished)s, %(stored)s)
+ON CONFLICT (tenant_id) DO UPDATE SET
+    unfinished = tenant_usage.unfinished + excluded.unfinished,
+    stored = tenant_usage.stored + excluded.stored;
+
+-- name: finished_before
+-- The partial index jobs_finished serves this; the status list repeats its condition.
+-- Rows another purger holds are skipped, not waited for.
+SELECT job_id, tenant_id FROM jobs
+WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND completed_at < %(before)s
+ORDER BY completed_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: delete_jobs_events
+DELETE FROM events WHERE job_id = ANY(%(job_ids)s::text[]);
+
+-- name: delete_jobs_attempts
+DELETE FROM attempts WHERE job_id = ANY(%(job_ids)s::text[]);
+
+-- name: delete_jobs_keys
+DELETE FROM idempotency WHERE job_id = ANY(%(job_ids)s::text[]);
+
+-- name: delete_jobs
+DELETE FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
+
+-- name: delete_expired_keys
+-- By row address: the expiry index finds them, and the delete goes straight to them.
+DELETE FROM idempotency WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM idempotency
+    WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+));
+
+-- name: usage_report
+-- %(group_by)s is one of day, model, task (core-checked); a NULL tenant is every tenant.
+-- Keys in byte order, as every engine sorts them.
+SELECT * FROM (
+    SELECT
+        CASE %(group_by)s::text
+            WHEN 'day' THEN to_char(to_timestamp(started_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+            WHEN 'model' THEN model
+            ELSE task
+        END AS key,
+        COUNT(*) AS calls,
+        COUNT(*) FILTER (WHERE failure_class IS NOT NULL) AS failed_calls,
+        COALESCE(SUM(input_tokens), 0)::bigint AS input_tokens,
+        COALESCE(SUM(output_tokens), 0)::bigint AS output_tokens,
+        COALESCE(SUM(cost_nano_usd), 0)::bigint AS cost_nano_usd,
+        COALESCE(SUM(cost_nano_usd) FILTER (WHERE outcome IS DISTINCT FROM 'succeeded'), 0)::bigint
+            AS wasted_nano_usd
+    FROM attempts
+    WHERE started_at >= %(start)s AND started_at < %(end)s
+      AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+    GROUP BY 1
+) AS usage
+ORDER BY key COLLATE "C";

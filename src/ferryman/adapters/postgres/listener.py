@@ -1,0 +1,78 @@
+"""LISTEN/NOTIFY: idle receivers in every process wake when any process sends a message.
+
+A transaction that inserts a visible message (an accepted job, a send, a message
+shown again) also runs ``pg_notify``; PostgreSQL delivers it when, and only if,
+that transaction commits. One dedicated connection per process listens and nudges
+the process's Wakeup, so a waiting receive looks at once instead of at its next
+poll. The poll stays as the fallback: while this connection is down (the server
+restarted, the backend was terminated) it reconnects with backoff, and receivers
+notice work within their poll interval meanwhile. On each reconnection it nudges
+once, since a notification sent while it was away is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from ferryman.adapters.wakeup import Wakeup
+
+log = structlog.get_logger("ferryman.postgres")
+
+MESSAGES_CHANNEL = "ferryman_messages"
+FIRST_RETRY_SECONDS = 0.1
+MAX_RETRY_SECONDS = 5.0
+
+
+class Listener:
+    """One background task holding one LISTENing connection."""
+
+    def __init__(self, url: str, *, channel: str, connect_kwargs: dict[str, Any]) -> None:
+        self._url = url
+        self._channel = channel
+        self._connect_kwargs = connect_kwargs
+        self.wakeup = Wakeup()
+        self.connected = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ferryman-postgres-listener")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        delay = FIRST_RETRY_SECONDS
+        while True:
+            try:
+                await self._listen()
+            except psycopg.Error as exc:
+                log.warning(
+                    "postgres.listener_lost",
+                    error=type(exc).__name__,
+                    retry_in_seconds=delay,
+                )
+            if self.connected:  # it was up: the server came back once, try again soon
+                delay = FIRST_RETRY_SECONDS
+            self.connected = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    async def _listen(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(self._url, **self._connect_kwargs)
+        async with conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            self.connected = True
+            # Whatever was sent while nobody listened is looked for now.
+            self.wakeup.notify()
+            async for _ in conn.notifies():
+                self.wakeup.notify()

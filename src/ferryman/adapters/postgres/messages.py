@@ -1,0 +1,235 @@
+"""Queue operations on the messages table, as coroutines on one transaction.
+
+A receive locks the messages it looks at with ``FOR UPDATE SKIP LOCKED``, so
+receivers in many processes never wait for each other and never take the same
+message; it hides each one it delivers until its visibility deadline (from the
+caller's clock) and counts the receive, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ferryman.adapters.postgres.database import Row, execute, fetch_all
+from ferryman.adapters.postgres.sql import QUEUE
+from ferryman.core.fairness import fair_pick
+from ferryman.ports.queue import DeadLetterReason, Delivery, QueueMessage
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ferryman.ports.queue import TenantBudget
+
+# A receive looks at this many tenants at most (each one indexed lookup), resuming
+# after the last one it looked at, so every tenant gets its turn at bounded cost.
+TENANTS_PER_RECEIVE = 64
+# Looks per receive when messages it picked were dead-lettered or taken by another
+# receiver: each look passes over those, so a few always suffice to fill the batch.
+MAX_ROUNDS = 4
+
+
+def new_message_id() -> str:
+    return f"msg_{secrets.token_hex(12)}"
+
+
+async def insert_message(
+    conn: psycopg.AsyncConnection[Any],
+    message: QueueMessage,
+    *,
+    now: float,
+    delay_seconds: float = 0.0,
+) -> str:
+    message_id = new_message_id()
+    await execute(
+        conn,
+        QUEUE["insert_message"],
+        {
+            "id": message_id,
+            "body": message.to_body(),
+            "tenant_id": message.tenant_id,
+            "sent_at": now,
+            "visible_at": now + max(0.0, delay_seconds),
+        },
+    )
+    if delay_seconds <= 0:
+        await notify(conn)
+    return message_id
+
+
+async def notify(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Wake idle receivers everywhere when this transaction commits."""
+    await conn.execute(QUEUE["notify_messages"])
+
+
+def split_receipt(receipt: str) -> tuple[str, str] | None:
+    message_id, dot, token = receipt.partition(".")
+    if not dot or not message_id or not token:
+        return None
+    return message_id, token
+
+
+@dataclass(slots=True)
+class TenantCursor:
+    """Where the last receive stopped looking through tenants (per queue object)."""
+
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveRequest:
+    now: float
+    max_messages: int
+    visibility_timeout_seconds: float
+    max_receives: int
+    budget: TenantBudget | None
+
+
+async def receive(
+    conn: psycopg.AsyncConnection[Any], request: ReceiveRequest, cursor: TenantCursor
+) -> list[Delivery]:
+    """Deliver up to max_messages visible messages, fairly across tenants.
+
+    A message already received max_receives times moves to the dead letters instead
+    (redrive), as does one whose body no worker can read; neither is delivered, and
+    the messages behind them still are. A picked message another receiver took first
+    is passed over, and the next ones looked at.
+    """
+    delivered: list[Delivery] = []
+    taken: list[str] = []
+    for _ in range(MAX_ROUNDS):
+        limit = request.max_messages - len(delivered)
+        picked = await _fair_pick(conn, request, limit, taken, cursor)
+        if not picked:
+            break
+        taken += picked
+        before = len(delivered)
+        for row in await _lock(conn, picked, request.now):
+            delivery = await _deliver_or_dead_letter(conn, row, request)
+            if delivery is not None:
+                delivered.append(delivery)
+        if len(delivered) - before == len(picked):
+            break  # every pick delivered: the batch is full or nothing else is visible
+    return delivered
+
+
+async def _lock(conn: psycopg.AsyncConnection[Any], ids: list[str], now: float) -> list[Row]:
+    """The picked messages this receive now holds, in the order they were picked."""
+    rows = await fetch_all(conn, QUEUE["lock_picked"], {"ids": ids, "now": now})
+    order = {message_id: index for index, message_id in enumerate(ids)}
+    return sorted(rows, key=lambda row: order[row["id"]])
+
+
+async def _deliver_or_dead_letter(
+    conn: psycopg.AsyncConnection[Any], row: Row, request: ReceiveRequest
+) -> Delivery | None:
+    try:
+        message = QueueMessage.from_body(row["body"])
+    except ValueError:
+        await dead_letter(conn, row["id"], now=request.now, reason=DeadLetterReason.UNDECODABLE)
+        return None
+    if row["receive_count"] >= request.max_receives:
+        await dead_letter(conn, row["id"], now=request.now, job_id=message.job_id)
+        return None
+    return await _deliver(conn, row, message, request)
+
+
+async def _fair_pick(
+    conn: psycopg.AsyncConnection[Any],
+    request: ReceiveRequest,
+    limit: int,
+    taken: list[str],
+    cursor: TenantCursor,
+) -> list[str]:
+    """The ids of up to ``limit`` visible messages, fairly across tenants."""
+    budget = request.budget
+    allowances = {
+        tenant: limit if budget is None else min(limit, budget.allowance(tenant))
+        for tenant in await _tenants_to_look_at(conn, cursor)
+    }
+    allowed = {tenant: n for tenant, n in allowances.items() if n > 0}
+    if not allowed:
+        return []
+    rows = await fetch_all(
+        conn,
+        QUEUE["visible_of_tenants"],
+        {
+            "tenants": list(allowed),
+            "allowances": list(allowed.values()),
+            "now": request.now,
+            "taken": taken,
+        },
+    )
+    waiting: dict[str, list[Row]] = {}
+    for row in rows:
+        waiting.setdefault(row["tenant_id"], []).append(row)
+    picked = fair_pick(
+        waiting,
+        held=(lambda _tenant: 0) if budget is None else budget.held,
+        waited_since=lambda row: float(row["visible_at"]),
+        limit=limit,
+    )
+    return [row["id"] for row in picked]
+
+
+async def _tenants_to_look_at(
+    conn: psycopg.AsyncConnection[Any], cursor: TenantCursor
+) -> list[str]:
+    found = [
+        row["tenant_id"]
+        for row in await fetch_all(
+            conn, QUEUE["next_tenants"], {"after": cursor.after, "limit": TENANTS_PER_RECEIVE}
+        )
+    ]
+    if len(found) < TENANTS_PER_RECEIVE and cursor.after is not None:
+        # Wrap around to the tenants before where the last receive stopped.
+        wrapped = await fetch_all(
+            conn, QUEUE["next_tenants"], {"after": None, "limit": TENANTS_PER_RECEIVE - len(found)}
+        )
+        found += [row["tenant_id"] for row in wrapped if row["tenant_id"] not in found]
+    cursor.after = found[-1] if len(found) >= TENANTS_PER_RECEIVE else None
+    return found
+
+
+async def _deliver(
+    conn: psycopg.AsyncConnection[Any], row: Row, message: QueueMessage, request: ReceiveRequest
+) -> Delivery:
+    token = secrets.token_hex(8)
+    await execute(
+        conn,
+        QUEUE["mark_received"],
+        {
+            "id": row["id"],
+            "visible_at": request.now + max(0.0, request.visibility_timeout_seconds),
+            "token": token,
+            "now": request.now,
+        },
+    )
+    return Delivery(
+        message=message,
+        receipt=f"{row['id']}.{token}",
+        receive_count=row["receive_count"] + 1,
+        sent_at=row["sent_at"],
+    )
+
+
+async def dead_letter(
+    conn: psycopg.AsyncConnection[Any],
+    message_id: str,
+    *,
+    now: float,
+    reason: DeadLetterReason = DeadLetterReason.MAX_RECEIVES,
+    job_id: str | None = None,
+) -> None:
+    await execute(
+        conn,
+        QUEUE["dead_letter"],
+        {
+            "dead_letter_id": f"dl_{secrets.token_hex(12)}",
+            "id": message_id,
+            "now": now,
+            "reason": str(reason),
+            "job_id": job_id,
+        },
+    )

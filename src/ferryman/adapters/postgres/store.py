@@ -1,0 +1,157 @@
+"""PostgresJobStore: jobs, attempts and events in PostgreSQL, the queue beside them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ferryman.adapters.postgres import jobops
+from ferryman.adapters.postgres.rows import attempt_from_row, event_from_row, job_from_row
+from ferryman.adapters.postgres.sql import JOBS
+from ferryman.ports.store import JobPage, TenantUsage, UsageRow
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from ferryman.adapters.postgres.database import PostgresDatabase
+    from ferryman.core.changes import Change
+    from ferryman.core.clock import Clock
+    from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.ports.store import Accepted, UsageGroup
+
+# Above every job_id ("gen_" + ULID, ASCII) in byte order: the first page's bound.
+_FIRST_PAGE = "\U0010ffff"
+# /readyz waits no longer than this for a connection: a load balancer asks again.
+PING_TIMEOUT_SECONDS = 2.0
+
+
+class PostgresJobStore:
+    """Every write is one transaction; a change is one conditional UPDATE plus its rows."""
+
+    def __init__(self, db: PostgresDatabase, *, clock: Clock | None = None) -> None:
+        self._db = db
+        self._clock = clock
+
+    @property
+    def enqueues_with_job(self) -> bool:
+        return True
+
+    async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
+        async with self._db.transaction() as conn:
+            accepted = await jobops.create(
+                conn, change, idempotency_expires_at=idempotency_expires_at
+            )
+        if accepted.created and change.enqueue:
+            self._db.wakeup.notify()
+        return accepted
+
+    async def apply(self, change: Change) -> bool:
+        async with self._db.transaction() as conn:
+            applied = await jobops.apply(conn, change)
+        if applied and change.enqueue:
+            self._db.wakeup.notify()
+        return applied
+
+    async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
+        row = await self._db.fetch_one(JOBS["get_job"], {"job_id": job_id})
+        if row is None or (tenant_id is not None and row["tenant_id"] != tenant_id):
+            return None
+        return job_from_row(row)
+
+    async def list_jobs(
+        self,
+        *,
+        tenant_id: str | None,
+        status: JobStatus | None = None,
+        task: str | None = None,
+        error_code: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        limit = max(1, limit)
+        params: dict[str, Any] = {
+            "tenant_id": tenant_id,
+            "before": cursor or _FIRST_PAGE,
+            "status": None if status is None else str(status),
+            "task": task,
+            "error_code": error_code,
+            # One more than asked tells whether another page exists.
+            "limit": limit + 1,
+        }
+        query = JOBS[_listing(tenant_id=tenant_id, by_status=status is not None)]
+        jobs = [job_from_row(row) for row in await self._db.fetch_all(query, params)]
+        if len(jobs) > limit:
+            jobs = jobs[:limit]
+            return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id)
+        return JobPage(jobs=jobs, next_cursor=None)
+
+    async def events(self, job_id: str) -> list[Event]:
+        rows = await self._db.fetch_all(JOBS["list_events"], {"job_id": job_id})
+        return [event_from_row(row) for row in rows]
+
+    async def attempts(self, job_id: str) -> list[Attempt]:
+        rows = await self._db.fetch_all(JOBS["list_attempts"], {"job_id": job_id})
+        return [attempt_from_row(row) for row in rows]
+
+    async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
+        params = {"cutoff": now - older_than_seconds, "limit": max(0, limit)}
+        return [job_from_row(row) for row in await self._db.fetch_all(JOBS["stalled_jobs"], params)]
+
+    async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
+        return await self._job_ids("cancel_requested", job_ids)
+
+    async def existing(self, job_ids: Collection[str]) -> set[str]:
+        return await self._job_ids("existing_jobs", job_ids)
+
+    async def _job_ids(self, block: str, job_ids: Collection[str]) -> set[str]:
+        if not job_ids:
+            return set()
+        rows = await self._db.fetch_all(JOBS[block], {"job_ids": list(job_ids)})
+        return {row["job_id"] for row in rows}
+
+    async def usage(self, tenant_id: str) -> TenantUsage:
+        row = await self._db.fetch_one(JOBS["tenant_usage"], {"tenant_id": tenant_id})
+        if row is None:
+            return TenantUsage(unfinished=0, stored=0)
+        return TenantUsage(unfinished=row["unfinished"], stored=row["stored"])
+
+    async def usage_report(
+        self, *, tenant_id: str | None, start: float, end: float, group_by: UsageGroup
+    ) -> list[UsageRow]:
+        params = {"tenant_id": tenant_id, "start": start, "end": end, "group_by": str(group_by)}
+        return [
+            UsageRow(
+                key=str(row["key"]),
+                calls=row["calls"],
+                failed_calls=row["failed_calls"],
+                input_tokens=row["input_tokens"],
+                output_tokens=row["output_tokens"],
+                cost_nano_usd=row["cost_nano_usd"],
+                wasted_nano_usd=row["wasted_nano_usd"],
+            )
+            for row in await self._db.fetch_all(JOBS["usage_report"], params)
+        ]
+
+    async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
+        async with self._db.transaction() as conn:
+            return await jobops.purge_finished(conn, completed_before=completed_before, limit=limit)
+
+    async def purge_expired_keys(self, *, now: float, limit: int) -> int:
+        return await self._db.execute(
+            JOBS["delete_expired_keys"], {"now": now, "limit": max(0, limit)}
+        )
+
+    async def ping(self, *, write: bool = False) -> None:
+        """One round trip (and with ``write`` one durable write) on a pooled connection,
+        waiting at most PING_TIMEOUT_SECONDS for one: while the server is away this
+        raises StoreUnavailableError, and /readyz says not ready."""
+        async with self._db.connection(timeout_seconds=PING_TIMEOUT_SECONDS) as conn:
+            await conn.execute(JOBS["ping"])
+            if write:
+                at = self._clock.now() if self._clock is not None else 0.0
+                await conn.execute(JOBS["write_probe"], {"at": at})
+
+
+def _listing(*, tenant_id: str | None, by_status: bool) -> str:
+    """The listing statement whose index fits the filters (a status has its own)."""
+    whose = "all" if tenant_id is None else "tenant"
+    return f"list_jobs_of_{whose}" + ("_by_status" if by_status else "")
