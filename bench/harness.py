@@ -29,7 +29,10 @@ from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
 from ferryman.observability.logging import configure_logging
+from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, SubmitRequest
+from ferryman.services.ledger import JobLedger
+from ferryman.services.results import ResultWriter
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
@@ -50,7 +53,7 @@ class Stack:
     """One open database and the adapters over it, as one ferryman process holds them."""
 
     db: SqliteDatabase
-    store: SqliteJobStore
+    store: JobLedger
     queue: SqliteJobQueue
     results: ResultStore
     control: SqliteControlStore
@@ -78,8 +81,8 @@ class Stack:
         return Worker(
             store=self.store,
             queue=self.queue,
-            results=self.results,
-            providers=providers,
+            results=ResultWriter(self.results),
+            catalog=ModelCatalog.serving_own_names(providers),
             tasks=self.tasks,
             control=self.control,
             clock=self.clock,
@@ -107,7 +110,7 @@ async def open_stack(
             store = FileResultStore(path.with_name(path.stem + "-results"))
         yield Stack(
             db=db,
-            store=SqliteJobStore(db),
+            store=JobLedger(SqliteJobStore(db)),
             queue=SqliteJobQueue(db, clock=SystemClock()),
             results=store,
             control=SqliteControlStore(db),

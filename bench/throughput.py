@@ -46,6 +46,7 @@ from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.jobs import JobQueries
 from ferryman.services.operations import Operations
+from ferryman.services.usage import UsageReports
 from harness import (
     TENANT,
     Stack,
@@ -216,9 +217,14 @@ def _listening_socket() -> socket.socket:
 
 
 def _server(stack: Stack) -> tuple[_QuietServer, ApiKeys]:
+    """The app as ``ferryman serve`` serves it: default settings, the same server config."""
     # Imported here, after quiet_logs(): the HTTP modules bind loggers at import time.
+    from ferryman.cli.serving import server_config
+    from ferryman.config import Settings
     from ferryman.http.app import AppDeps, create_app
+    from ferryman.http.connections import ConnectionLimits
 
+    s = Settings()
     api_keys = ApiKeys(keys=SqliteApiKeyStore(stack.db), clock=stack.clock)
     deps = AppDeps(
         intake=stack.intake(),
@@ -227,9 +233,23 @@ def _server(stack: Stack) -> tuple[_QuietServer, ApiKeys]:
             store=stack.store, queue=stack.queue, control=stack.control, clock=stack.clock
         ),
         api_keys=api_keys,
+        usage=UsageReports(store=stack.store, clock=stack.clock),
         clock=stack.clock,
+        max_body_bytes=s.max_body_bytes,
+        body_timeout_seconds=s.body_timeout_seconds,
+        tenant_rate_per_second=s.tenant_rate_per_second,
+        tenant_burst=s.tenant_burst,
+        tenant_read_rate_per_second=s.tenant_read_rate_per_second,
+        tenant_read_burst=s.tenant_read_burst,
+        tasks=stack.tasks,
     )
-    config = uvicorn.Config(create_app(deps), log_level="warning", access_log=False, lifespan="off")
+    limits = ConnectionLimits(
+        header_timeout_seconds=s.header_timeout_seconds,
+        keepalive_timeout_seconds=s.keepalive_timeout_seconds,
+        max_connections=s.max_connections,
+    )
+    config = server_config(create_app(deps), limits, shutdown_grace_seconds=1.0)
+    config.lifespan = "off"
     return _QuietServer(config), api_keys
 
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine, Generator
     from typing import Any
 
+    from uvicorn._types import ASGIApplication
+
     from ferryman.wiring import Runtime
 
 
@@ -100,23 +102,34 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 
 
 def _server(runtime: Runtime) -> _EmbeddedServer:
-    config = uvicorn.Config(
+    config = server_config(
         create_app(app_deps(runtime)),
+        connection_limits(runtime),
+        shutdown_grace_seconds=runtime.settings.shutdown_grace_seconds,
+    )
+    return _EmbeddedServer(config)
+
+
+def server_config(
+    app: ASGIApplication, limits: ConnectionLimits, *, shutdown_grace_seconds: float
+) -> uvicorn.Config:
+    """How the API is served (the benchmarks serve it the same way)."""
+    return uvicorn.Config(
+        app,
         # h11 with the header timeout and connection cap uvicorn lacks (http/connections.py).
-        http=protocol_with(connection_limits(runtime)),
+        http=protocol_with(limits),
         # No log_config: uvicorn's records reach the root logger, which
         # configure_logging routes through the same sanitising rules as ours.
         log_config=None,
         log_level="warning",
         lifespan="auto",
-        timeout_graceful_shutdown=max(1, math.ceil(runtime.settings.shutdown_grace_seconds)),
+        timeout_graceful_shutdown=max(1, math.ceil(shutdown_grace_seconds)),
         access_log=False,
         # ferryman reads neither the client address nor the scheme, so it trusts no
         # X-Forwarded-* header, and it does not advertise what it runs on.
         proxy_headers=False,
         server_header=False,
     )
-    return _EmbeddedServer(config)
 
 
 async def run_roles(runtime: Runtime, roles: Roles, sock: socket.socket | None) -> int:
