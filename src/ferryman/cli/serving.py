@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine, Generator
     from typing import Any
 
-    from uvicorn._types import ASGIApplication
+    from fastapi import FastAPI
 
     from ferryman.wiring import Runtime
 
@@ -111,7 +111,7 @@ def _server(runtime: Runtime) -> _EmbeddedServer:
 
 
 def server_config(
-    app: ASGIApplication, limits: ConnectionLimits, *, shutdown_grace_seconds: float
+    app: FastAPI, limits: ConnectionLimits, *, shutdown_grace_seconds: float
 ) -> uvicorn.Config:
     """How the API is served (the benchmarks serve it the same way)."""
     return uvicorn.Config(
