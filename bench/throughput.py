@@ -61,7 +61,7 @@ from harness import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
 
 TARGET_SERVICE_RATIO = 0.35
 KEY_VARIABLE = "FERRYMAN_BENCH_API_KEY"
@@ -216,7 +216,7 @@ def _listening_socket() -> socket.socket:
     return sock
 
 
-def _server(stack: Stack) -> tuple[_QuietServer, ApiKeys]:
+def _server(stack: Stack, parser: str) -> tuple[_QuietServer, ApiKeys]:
     """The app as ``ferryman serve`` serves it: default settings, the same server config."""
     # Imported here, after quiet_logs(): the HTTP modules bind loggers at import time.
     from ferryman.cli.serving import server_config
@@ -248,7 +248,7 @@ def _server(stack: Stack) -> tuple[_QuietServer, ApiKeys]:
         keepalive_timeout_seconds=s.keepalive_timeout_seconds,
         max_connections=s.max_connections,
     )
-    config = server_config(create_app(deps), limits, shutdown_grace_seconds=1.0)
+    config = server_config(create_app(deps), limits, shutdown_grace_seconds=1.0, parser=parser)
     config.lifespan = "off"
     return _QuietServer(config), api_keys
 
@@ -287,7 +287,7 @@ async def _post_from_subprocess(base_url: str, key: str, n: int, clients: int) -
 
 
 async def http_rate(stack: Stack, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    server, api_keys = _server(stack)
+    server, api_keys = _server(stack, args.parser)
     key = await api_keys.create(TENANT)
     sock = _listening_socket()
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -316,6 +316,13 @@ async def http_rate(stack: Stack, path: Path, args: argparse.Namespace) -> dict[
         (_children_cpu_seconds() - client_cpu) * 1000 / args.jobs
     )
     return summary
+
+
+def _loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop ``ferryman serve`` runs on, unless ``--loop asyncio``."""
+    from ferryman.cli.serving import event_loop_factory
+
+    return asyncio.new_event_loop if args.loop == "asyncio" else event_loop_factory()
 
 
 def _children_cpu_seconds() -> float:
@@ -378,6 +385,8 @@ def report(
         "http_clients": None if args.skip_http else args.clients,
         "http_client": None if args.skip_http else _client_kind(args),
         "writer_max_batch": args.max_batch,
+        "loop": args.loop,
+        "parser": args.parser,
         "cpus": os.cpu_count(),
         # Other work on the machine skews every figure: say how busy it was.
         "load_average_1m": {"start": start_load, "end": os.getloadavg()[0]},
@@ -457,6 +466,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=32, help="http: requests in flight")
     parser.add_argument("--max-batch", type=int, default=256, help="writer's group-commit cap")
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--parser", choices=["httptools", "h11"], default="httptools")
     parser.add_argument(
         "--profile", choices=["service", "http"], help="cProfile one run (main thread) to stderr"
     )
@@ -479,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logs()
     with tempfile.TemporaryDirectory(prefix="ferryman-bench-", dir=args.dir) as tmp:
         start_load = os.getloadavg()[0]
-        rounds = asyncio.run(measure(args, Path(tmp)))
+        with asyncio.Runner(loop_factory=_loop_factory(args)) as runner:
+            rounds = runner.run(measure(args, Path(tmp)))
     out = report(args, rounds, start_load)
     if args.json:
         print(json.dumps(out))

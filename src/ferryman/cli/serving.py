@@ -25,7 +25,7 @@ from ferryman.http.app import AppDeps, create_app
 from ferryman.http.connections import ConnectionLimits, protocol_with
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Generator
+    from collections.abc import Callable, Coroutine, Generator
     from typing import Any
 
     from fastapi import FastAPI
@@ -77,6 +77,17 @@ def connection_limits(runtime: Runtime) -> ConnectionLimits:
     )
 
 
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop for the long-running processes: its transports and
+    scheduling cost about half of asyncio's per request (docs/benchmarks.md); asyncio's
+    own where uvloop is not built (Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
 def bind(host: str, port: int) -> socket.socket:
     """Listen before anything starts, so a taken port is a clear error, not a stack trace."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -111,13 +122,18 @@ def _server(runtime: Runtime) -> _EmbeddedServer:
 
 
 def server_config(
-    app: FastAPI, limits: ConnectionLimits, *, shutdown_grace_seconds: float
+    app: FastAPI,
+    limits: ConnectionLimits,
+    *,
+    shutdown_grace_seconds: float,
+    parser: str = "httptools",
 ) -> uvicorn.Config:
     """How the API is served (the benchmarks serve it the same way)."""
     return uvicorn.Config(
         app,
-        # h11 with the header timeout and connection cap uvicorn lacks (http/connections.py).
-        http=protocol_with(limits),
+        # llhttp with the header timeout, head bound and connection cap uvicorn lacks
+        # (http/connections.py).
+        http=protocol_with(limits, parser),
         # No log_config: uvicorn's records reach the root logger, which
         # configure_logging routes through the same sanitising rules as ours.
         log_config=None,
