@@ -331,6 +331,80 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+# --- pickup: `ferryman api` + `ferryman worker`, two processes over one file ----------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ferryman(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ferryman", *args]
+
+
+async def pickup_latency(directory: Path, n: int, gap_seconds: float) -> dict[str, Any]:
+    """Accept -> claim across processes: jobs submitted one at a time, ``gap_seconds``
+    apart, to an idle worker in another process (the worker's default receive wait)."""
+    db = directory / "pickup.db"
+    port = _free_port()
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": f"sqlite:///{db}",
+        "FERRYMAN_RESULTS_URL": f"file://{directory / 'pickup-results'}",
+        "FERRYMAN_LOG_LEVEL": "WARNING",
+    }
+    made = await asyncio.create_subprocess_exec(
+        *_ferryman("keys", "create", "--tenant", TENANT),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    out, _ = await made.communicate()
+    key = out.decode().split()[-1]
+    api = await asyncio.create_subprocess_exec(
+        *_ferryman("api", "--port", str(port)), env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    worker = await asyncio.create_subprocess_exec(
+        *_ferryman("worker"), env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(
+            base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30.0
+        ) as client:
+            await _wait_ready(client)
+            await asyncio.sleep(1.0)  # the worker is up and waiting too
+            for i in range(n):
+                body = {"task": "generate", "input": {"prompt": f"pickup {i}"}}
+                response = await client.post("/v1/generations", json=body)
+                if response.status_code != 202:
+                    raise RuntimeError(f"POST answered {response.status_code}")
+                await asyncio.sleep(gap_seconds)
+        await wait_all_succeeded(db, n, timeout_seconds=DONE_TIMEOUT_SECONDS)
+    finally:
+        for process in (api, worker):
+            process.terminate()
+            await process.wait()
+    times = read_job_times(db)
+    waits = [(c - a) * 1000 for a, c in zip(times.accepted, times.claimed, strict=True)]
+    return {
+        "pickup_jobs": n,
+        "pickup_accept_to_claim_p50_ms": percentile(waits, 50),
+        "pickup_accept_to_claim_p99_ms": percentile(waits, 99),
+    }
+
+
+async def _wait_ready(client: httpx.AsyncClient) -> None:
+    for _ in range(300):
+        with contextlib.suppress(httpx.TransportError):
+            if (await client.get("/readyz")).status_code == 200:
+                return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("ferryman api did not become ready")
+
+
 # --- the run ---------------------------------------------------------------------------
 
 
@@ -417,6 +491,10 @@ def print_human(out: dict[str, Any]) -> None:
             *_costs(out, "http"),
             ("  CPU per job (client process)", _client_cpu(out)),
         ]
+    if "pickup_jobs" in out:
+        rows.append(
+            ("api + worker: accept -> claim p50 / p99", _pair(out, "pickup_accept_to_claim"))
+        )
     s = out["settings"]
     title = (
         f"ferryman throughput: {s['jobs']} jobs x {s['rounds']} rounds (medians), "
@@ -466,6 +544,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=32, help="http: requests in flight")
     parser.add_argument("--max-batch", type=int, default=256, help="writer's group-commit cap")
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument(
+        "--pickup", type=int, default=0, help="api + worker: N jobs one at a time (0: skip)"
+    )
+    parser.add_argument("--pickup-gap", type=float, default=0.02, help="seconds between them")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     parser.add_argument("--parser", choices=["httptools", "h11"], default="httptools")
     parser.add_argument(
@@ -492,7 +574,13 @@ def main(argv: list[str] | None = None) -> int:
         start_load = os.getloadavg()[0]
         with asyncio.Runner(loop_factory=_loop_factory(args)) as runner:
             rounds = runner.run(measure(args, Path(tmp)))
+            pickup = (
+                runner.run(pickup_latency(Path(tmp), args.pickup, args.pickup_gap))
+                if args.pickup
+                else {}
+            )
     out = report(args, rounds, start_load)
+    out.update(pickup)
     if args.json:
         print(json.dumps(out))
     else:
