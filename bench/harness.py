@@ -37,11 +37,12 @@ from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from pathlib import Path
 
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.results import ResultStore
+    from ferryman.services.limiter import CallBudget
     from ferryman.tasks import TaskRegistry
 
 TENANT = "bench"
@@ -77,6 +78,7 @@ class Stack:
         concurrency: int,
         lease: LeasePolicy | None = None,
         provider_timeout_seconds: float = 30.0,
+        budgets: Mapping[str, CallBudget] | None = None,
     ) -> Worker:
         return Worker(
             store=self.store,
@@ -93,6 +95,7 @@ class Stack:
             worker_id="bench",
             failpoints=Failpoints(),
             receive_wait_seconds=0.05,
+            budgets=budgets,
         )
 
 
