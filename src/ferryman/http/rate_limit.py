@@ -7,7 +7,8 @@ Two budgets per tenant, kept apart so that polling never costs a submission:
 - ``read``: requests that only look (GET, HEAD: a job, a list, its events, tasks).
 
 Each is a token bucket: ``burst`` requests at once, refilled at ``rate_per_second``.
-A request spends one token of its budget or is refused with 429 and Retry-After.
+A request spends one token of its budget (a batch submission one per item) or is
+refused with 429 and Retry-After.
 
 Every authenticated response says where its budget stands, in the header fields of
 draft-ietf-httpapi-ratelimit-headers-11 (Structured Field lists):
@@ -94,13 +95,15 @@ class TenantBudgets:
             for budget, policy in self.policies.items()
         }
 
-    def take(self, budget: Budget, tenant_id: str, now: float) -> Quota | None:
-        """Spend one request of ``tenant_id``'s ``budget``; None when it is unlimited."""
+    def take(self, budget: Budget, tenant_id: str, now: float, cost: int = 1) -> Quota | None:
+        """Spend ``cost`` requests (a batch: one per item) of ``tenant_id``'s ``budget``;
+        None when it is unlimited. A cost over the burst passes once the bucket is full
+        and leaves it in debt (core.ratelimit), so a batch is never refused forever."""
         policy = self.policies.get(budget)
         if policy is None:
             return None
         bucket = self._limiters[budget].bucket(tenant_id)
-        wait_seconds = bucket.take(now)
+        wait_seconds = bucket.take(now, cost)
         if wait_seconds > 0:
             return Quota(policy, False, 0, max(1, math.ceil(wait_seconds)))
         return Quota(policy, True, bucket.remaining, math.ceil(bucket.seconds_until_full))
