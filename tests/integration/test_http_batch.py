@@ -84,6 +84,7 @@ async def test_one_bad_item_never_spoils_the_others(
     assert len(results) == len(items)
     assert results[0]["status"] == "QUEUED"
     check_item_problem(results[1], 422, "invalid_request")
+    assert results[1]["errors"][0]["loc"] == ["body", "jobs", 1, "task"]
     check_item_problem(results[2], 422, "invalid_request")
     assert results[2]["errors"][0]["loc"] == ["body", "jobs", 2, "input", "prompt"]
     check_item_problem(results[3], 422, "unsupported_field")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ferryman.core.errors import FerrymanError, PausedError
+from ferryman.core.errors import FerrymanError, InvalidRequestError, PausedError, RequestError
 from ferryman.http.auth import UnmeteredTenant, app_deps, spend
 from ferryman.http.batch_bodies import BATCH_PATH, BatchRequest, TooManyItemsError, read_batch
 from ferryman.http.context import request_info, valid_traceparent
@@ -58,10 +58,24 @@ async def submit_batch(request: Request, principal: UnmeteredTenant) -> JsonBody
         )
     )
     results = []
-    for item in items:
-        outcome = next(outcomes) if isinstance(item, BatchItem) else item
+    for index, item in enumerate(items):
+        if not isinstance(item, BatchItem):
+            results.append(problem_body(item))
+            continue
+        outcome = next(outcomes)
         if isinstance(outcome, Submission):
             results.append(submission_body(outcome.job) | {"replayed": outcome.replayed})
         else:
-            results.append(problem_body(outcome))
+            results.append(problem_body(_located(outcome, index)))
     return JsonBody({"results": results})
+
+
+def _located(error: RequestError, index: int) -> RequestError:
+    """Intake names a field as in a single body (body, input, ...); in a batch it is
+    the field of item ``index`` (body, jobs, index, input, ...)."""
+    if isinstance(error, InvalidRequestError):
+        for detail in error.errors:
+            loc = list(detail.get("loc", ()))
+            if loc[:1] == ["body"]:
+                detail["loc"] = ["body", "jobs", index, *loc[1:]]
+    return error
