@@ -59,6 +59,7 @@ def app_deps(runtime: Runtime) -> AppDeps:
         usage=runtime.usage,
         clock=runtime.clock,
         max_body_bytes=s.max_body_bytes,
+        max_batch_body_bytes=s.max_batch_body_bytes,
         body_timeout_seconds=s.body_timeout_seconds,
         tenant_rate_per_second=s.tenant_rate_per_second,
         tenant_burst=s.tenant_burst,

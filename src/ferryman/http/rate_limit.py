@@ -99,7 +99,8 @@ class TenantBudgets:
 
     def take(self, budget: Budget, tenant_id: str, now: float, cost: int = 1) -> Quota | None:
         """Spend ``cost`` requests (1, or a batch's items) of ``tenant_id``'s ``budget``;
-        None when it is unlimited."""
+        None when it is unlimited. A cost over the burst passes once the bucket is full
+        and leaves it in debt (core.ratelimit), so a batch is never refused forever."""
         if cost < 1:
             raise ValueError("cost must be at least 1")
         policy = self.policies.get(budget)
