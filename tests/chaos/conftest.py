@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -244,9 +245,31 @@ def _wait_healthy(base_url: str, proc: subprocess.Popen[bytes]) -> None:
     raise AssertionError("ferryman api did not become healthy")
 
 
+class Disruption:
+    """One disruption running in a thread beside the load; ``join`` re-raises its error."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(action,), daemon=True)
+        self._thread.start()
+
+    def _run(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread by join()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join(timeout=RETRY_SECONDS)
+        assert not self._thread.is_alive(), "a disruption did not finish"
+        if self._error is not None:
+            raise self._error
+
+
 class ChaosRun:
     def __init__(self, tmp: Path) -> None:
         self._tmp = tmp
+        self._disruptions: list[Disruption] = []
 
     def __call__(self, scenario: Scenario) -> Report:
         env = base_env(scenario.engine)
@@ -302,9 +325,13 @@ class ChaosRun:
         for _ in range(scenario.workers):
             fleet.start()
         started = time.monotonic()
-        prompts = self._submit_all(scenario, fleet, clients)
-        final = self._wait_all_terminal(clients, fleet, list(prompts))
-        seconds = time.monotonic() - started
+        try:
+            prompts = self._submit_all(scenario, fleet, clients)
+            final = self._wait_all_terminal(clients, fleet, list(prompts))
+            seconds = time.monotonic() - started
+        finally:
+            for disruption in self._disruptions:
+                disruption.join()
         assert all(api.poll() is None for api in apis), "an API process exited under load"
         abandoned = _assert_invariants(clients, prompts, final)
         return Report(
@@ -333,11 +360,11 @@ class ChaosRun:
         assert len(prompts) == scenario.jobs
         return prompts
 
-    @staticmethod
-    def _maybe_disrupt(scenario: Scenario, submitted: int) -> None:
+    def _maybe_disrupt(self, scenario: Scenario, submitted: int) -> None:
+        """Start the disruption beside the load (submits go on meanwhile)."""
         if scenario.disrupt is not None:
             for _ in range(scenario.disrupt_after.count(submitted)):
-                scenario.disrupt()
+                self._disruptions.append(Disruption(scenario.disrupt))
 
     @staticmethod
     def _wait_all_terminal(clients: Clients, fleet: Fleet, job_ids: list[str]) -> dict[str, Any]:

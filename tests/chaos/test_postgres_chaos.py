@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
-JOBS = 160
+JOBS = 120
 
 
 def test_two_apis_and_four_crashing_workers_lose_nothing_and_publish_once(
