@@ -229,9 +229,12 @@ def _scratch_database(server: str) -> Iterator[str]:
     dbname = f"ferryman_test_{secrets.token_hex(6)}"
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{dbname}"')
-        try:
-            yield _database_url(server, dbname)
-        finally:
+    try:
+        yield _database_url(server, dbname)
+    finally:
+        # A new connection: one held for the whole session would not survive the
+        # chaos suite's server restart.
+        with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 

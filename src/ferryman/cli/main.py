@@ -25,8 +25,9 @@ from ferryman.cli.common import (
     out_console,
     run,
     settings,
+    warn,
 )
-from ferryman.core.errors import FerrymanError
+from ferryman.core.errors import FerrymanError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from ferryman.cli.serving import Roles
@@ -90,11 +91,13 @@ PortOption = Annotated[
 
 async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
     from ferryman.cli.serving import banner, bind, run_roles
+    from ferryman.cli.startup import open_when_available
     from ferryman.wiring import open_runtime
 
     sock = bind(host, port) if roles.api else None
     try:
-        async with open_runtime(s) as runtime:
+        # Started while the database restarts or is still coming up: wait for it.
+        async with open_when_available(lambda: open_runtime(s), say=warn) as runtime:
             await runtime.prepare_storage()
             bound_port = sock.getsockname()[1] if sock is not None else port
             banner(runtime, host, bound_port, roles)
@@ -117,10 +120,13 @@ def _start(
 
     roles = Roles(api=api, worker=worker, sweeper=sweeper, concurrency=concurrency)
     s = settings()
-    code = run(
-        _run_process(s, host or s.host, s.port if port is None else port, roles),
-        event_loop_factory(),
-    )
+    try:
+        code = run(
+            _run_process(s, host or s.host, s.port if port is None else port, roles),
+            event_loop_factory(),
+        )
+    except StoreUnavailableError as exc:
+        fail(f"the database cannot be reached: {exc.message}")
     raise typer.Exit(code)
 
 
