@@ -22,6 +22,7 @@ from ferryman.services.access import Principal
 
 if TYPE_CHECKING:
     from ferryman.http.app import AppDeps
+    from ferryman.http.rate_lease import LeasedBudgets
     from ferryman.http.rate_limit import TenantBudgets
 
 # Longer than any key we issue; refused before it is hashed.
@@ -49,8 +50,10 @@ async def authenticated(request: Request, _scheme: Credentials) -> Principal:
     principal = await deps.api_keys.authenticate(_bearer_token(request))
     info = request_info(request)
     info.tenant_id = principal.tenant_id
-    budgets: TenantBudgets = request.app.state.budgets
-    quota = budgets.take(Budget.for_method(request.method), principal.tenant_id, deps.clock.now())
+    budgets: TenantBudgets | LeasedBudgets = request.app.state.budgets
+    quota = await budgets.acquire(
+        Budget.for_method(request.method), principal.tenant_id, deps.clock.now()
+    )
     if quota is not None:
         info.response_headers.extend(quota.headers())
         if not quota.allowed:
