@@ -1,0 +1,172 @@
+"""What many processes on one PostgreSQL share: each "process" here is its own runtime
+with its own connection pool, caches and limiters, so nothing passes between them but
+the database. Revoked keys and intake pauses take effect on the next request
+everywhere; a workers pause within the worker's look interval (PAUSE_CHECK_SECONDS);
+a tenant's API budget is one budget however many API processes serve it."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+
+import httpx
+import pytest
+
+from ferryman.adapters.postgres import PostgresDatabase, PostgresSharedLimits
+from ferryman.config import Settings
+from ferryman.core.job import JobStatus
+from ferryman.http.app import AppDeps, create_app
+from ferryman.ports.control import Switch
+from ferryman.services.worker import PAUSE_CHECK_SECONDS
+from ferryman.wiring import open_runtime
+
+pytestmark = pytest.mark.timeout(60)
+
+SUBMIT = {"task": "generate", "input": {"prompt": "Hello"}}
+
+
+def _client(runtime, key: str, *, rate: float = 0.0, burst: int = 20) -> httpx.AsyncClient:
+    app = create_app(
+        AppDeps(
+            intake=runtime.intake,
+            jobs=runtime.jobs,
+            operations=runtime.operations,
+            api_keys=runtime.api_keys,
+            usage=runtime.usage,
+            clock=runtime.clock,
+            tasks=runtime.tasks,
+            tenant_rate_per_second=rate,
+            tenant_burst=burst,
+            shared_limits=runtime.shared_limits,
+        )
+    )
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://test",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
+async def _two_runtimes(stack: AsyncExitStack, url: str):
+    settings = Settings(database_url=url, results_url="db", postgres_pool_max_size=3)
+    one = await stack.enter_async_context(open_runtime(settings))
+    two = await stack.enter_async_context(open_runtime(settings))
+    return one, two
+
+
+async def test_a_key_revoked_in_one_process_is_refused_by_another_at_once(postgres_scratch):
+    async with AsyncExitStack() as stack:
+        one, two = await _two_runtimes(stack, postgres_scratch())
+        key = await one.api_keys.create("acme")
+        client = await stack.enter_async_context(_client(two, key))
+        assert (await client.get("/v1/generations")).status_code == 200
+
+        key_id = (await one.api_keys.list_keys(tenant_id="acme"))[0].key_id
+        await one.api_keys.revoke(key_id, actor="test")
+
+        assert (await client.get("/v1/generations")).status_code == 401
+
+
+async def test_an_intake_pause_in_one_process_refuses_submissions_in_another(postgres_scratch):
+    async with AsyncExitStack() as stack:
+        one, two = await _two_runtimes(stack, postgres_scratch())
+        client = await stack.enter_async_context(_client(two, await one.api_keys.create("acme")))
+
+        await one.operations.set_paused(Switch.INTAKE, True, actor="test")
+        paused = await client.post("/v1/generations", json=SUBMIT)
+        await one.operations.set_paused(Switch.INTAKE, False, actor="test")
+        resumed = await client.post("/v1/generations", json=SUBMIT)
+
+        assert paused.status_code == 503
+        assert resumed.status_code == 202
+
+
+async def test_a_workers_pause_in_one_process_stops_a_worker_in_another(postgres_scratch):
+    async with AsyncExitStack() as stack:
+        one, two = await _two_runtimes(stack, postgres_scratch())
+        client = await stack.enter_async_context(_client(one, await one.api_keys.create("acme")))
+        stop = asyncio.Event()
+        running = asyncio.create_task(two.new_worker(concurrency=2).run(stop))
+        try:
+            await one.operations.set_paused(Switch.WORKERS, True, actor="test")
+            # The worker looks at the switches every PAUSE_CHECK_SECONDS: by then it knows.
+            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.3)
+            job_id = (await client.post("/v1/generations", json=SUBMIT)).json()["job_id"]
+            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.3)
+            held = (await client.get(f"/v1/generations/{job_id}")).json()["status"]
+
+            await one.operations.set_paused(Switch.WORKERS, False, actor="test")
+            status = held
+            for _ in range(100):
+                status = (await client.get(f"/v1/generations/{job_id}")).json()["status"]
+                if status == str(JobStatus.SUCCEEDED):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await running
+
+        assert held == str(JobStatus.QUEUED)
+        assert status == str(JobStatus.SUCCEEDED)
+
+
+async def test_two_api_processes_share_one_tenant_budget(postgres_scratch):
+    async with AsyncExitStack() as stack:
+        one, two = await _two_runtimes(stack, postgres_scratch())
+        key = await one.api_keys.create("acme")
+        # A slow refill, so the test's own duration adds no token: the burst is all.
+        clients = [
+            await stack.enter_async_context(_client(runtime, key, rate=0.01, burst=6))
+            for runtime in (one, two)
+        ]
+
+        codes = [
+            (await clients[i % 2].post("/v1/generations", json=SUBMIT)).status_code
+            for i in range(12)
+        ]
+
+        assert codes.count(202) == 6
+        assert codes.count(429) == 6
+        assert codes[:6] == [202] * 6  # alternating processes, one bucket
+
+
+async def test_concurrent_leases_from_two_pools_never_grant_more_than_the_bucket(
+    postgres_scratch,
+):
+    url = postgres_scratch()
+    async with AsyncExitStack() as stack:
+        pools = [
+            await stack.enter_async_context(_opened(url)),
+            await stack.enter_async_context(_opened(url)),
+        ]
+        limits = [PostgresSharedLimits(db) for db in pools]
+
+        async def lease(i: int, now: float) -> int:
+            got = await limits[i % 2].lease(
+                "submit:acme", rate_per_second=10.0, burst=50, want=3, now=now
+            )
+            return got.granted
+
+        at_once = await asyncio.gather(*(lease(i, 1000.0) for i in range(40)))
+        # Two seconds later: 20 tokens refilled, whoever asks.
+        later = await asyncio.gather(*(lease(i, 1002.0) for i in range(40)))
+        # A clock stepping back mints nothing.
+        earlier = await lease(0, 900.0)
+
+        assert sum(at_once) == 50
+        assert sum(later) == 20
+        assert earlier == 0
+
+
+class _opened:
+    """A PostgresDatabase as an async context manager (one pool: one process)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    async def __aenter__(self) -> PostgresDatabase:
+        self._db = await PostgresDatabase.open(self._url, min_size=1, max_size=4)
+        return self._db
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._db.close()
