@@ -181,6 +181,7 @@ class Runtime:
             tenant_max_share=s.tenant_max_share,
             cancel_check_seconds=s.cancel_check_seconds,
             budgets=call_budgets(s),
+            shared_limits=self.shared_limits,
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
