@@ -40,9 +40,10 @@ async def admitted(budgets: LeasedBudgets, now: float, n: int, tenant: str = "ac
     return sum(1 for q in quotas if q is not None and q.allowed)
 
 
-def test_a_batch_is_a_tenth_of_a_second_of_refill_within_a_quarter_of_the_burst() -> None:
+def test_a_batch_is_half_a_second_of_refill_within_a_quarter_of_the_burst() -> None:
     assert batch_size(Policy(Budget.SUBMIT, 2.0, 20)) == 1
-    assert batch_size(Policy(Budget.SUBMIT, 100.0, 200)) == 10
+    assert batch_size(Policy(Budget.SUBMIT, 10.0, 20)) == 5
+    assert batch_size(Policy(Budget.SUBMIT, 100.0, 400)) == 50
     assert batch_size(Policy(Budget.SUBMIT, 1000.0, 20)) == 5
     assert batch_size(Policy(Budget.SUBMIT, 1000.0, 2)) == 1
 
@@ -61,11 +62,11 @@ async def test_two_processes_together_admit_one_burst_then_the_rate() -> None:
 
 async def test_most_requests_spend_a_leased_token_without_asking_the_database() -> None:
     shared = CountingBuckets()
-    budgets = LeasedBudgets(policy(100.0, 200), shared)  # batches of 10
+    budgets = LeasedBudgets(policy(100.0, 200), shared)  # batches of 50
 
     assert await admitted(budgets, 5.0, 100) == 100
 
-    assert shared.leases == 10
+    assert shared.leases == 2
 
 
 async def test_concurrent_requests_share_one_lease() -> None:
@@ -100,7 +101,7 @@ async def test_an_unspent_lease_goes_stale_and_is_not_spent_later() -> None:
     shared = CountingBuckets()
     budgets = LeasedBudgets(policy(100.0, 200), shared)
 
-    assert await admitted(budgets, 0.0, 1) == 1  # leased 10, spent 1
+    assert await admitted(budgets, 0.0, 1) == 1  # leased 50, spent 1
     await budgets.acquire(Budget.SUBMIT, "acme", MAX_LEASE_AGE_SECONDS + 0.5)
 
     assert shared.leases == 2
@@ -122,6 +123,6 @@ async def test_the_headers_count_the_shared_balance_and_this_process_lease() -> 
     quota = await budgets.acquire(Budget.SUBMIT, "acme", 0.0)
 
     assert quota is not None
-    # 190 left in the shared bucket, 9 more held here; 1 token short of full.
+    # 150 left in the shared bucket, 49 more held here; 1 token short of full.
     assert quota.remaining == 199
     assert quota.reset_seconds == 1

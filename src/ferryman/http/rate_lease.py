@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # A batch is what the bucket refills in this long: a busy tenant's requests take one
 # database round trip per batch, an idle process holds at most this much of its rate.
-LEASE_SECONDS = 0.1
+LEASE_SECONDS = 0.5
 # Unspent leased tokens older than this are dropped, so an idle process does not sit
 # on a tenant's budget.
 MAX_LEASE_AGE_SECONDS = 1.0
