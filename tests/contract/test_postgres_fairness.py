@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -42,24 +39,9 @@ def _request(latency_ms: int, n: int) -> SubmitRequest:
     )
 
 
-def _worker(url: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "FERRYMAN_DATABASE_URL": url,
-        "FERRYMAN_RESULTS_URL": "db",
-        "FERRYMAN_WORKER_CONCURRENCY": str(CONCURRENCY),
-        "FERRYMAN_TENANT_MAX_SHARE": str(SHARE),
-        "FERRYMAN_POSTGRES_POOL_MAX_SIZE": "3",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "ferryman", "worker", "--no-sweeper"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-async def test_a_flood_does_not_hold_another_tenants_jobs_behind_it(postgres_scratch):
+async def test_a_flood_does_not_hold_another_tenants_jobs_behind_it(
+    postgres_scratch, worker_process
+):
     url = postgres_scratch()
     settings = Settings(database_url=url, results_url="db", postgres_pool_max_size=3)
     flood_slots = WORKERS * math.floor(CONCURRENCY * SHARE)
@@ -72,24 +54,19 @@ async def test_a_flood_does_not_hold_another_tenants_jobs_behind_it(postgres_scr
             ).job.job_id
             for n in range(FLOOD_JOBS)
         ]
-        workers = [_worker(url) for _ in range(WORKERS)]
-        try:
-            await _wait_until(runtime, flood, JobStatus.PROCESSING, flood_slots)
-            quick = [
-                (
-                    await runtime.intake.submit(
-                        tenant_id="quick", request=_request(QUICK_LATENCY_MS, n)
-                    )
-                ).job.job_id
-                for n in range(QUICK_JOBS)
-            ]
-            quick_done = await _wait_until(runtime, quick, JobStatus.SUCCEEDED, QUICK_JOBS)
-            flood_jobs = [await runtime.store.get(job_id) for job_id in flood]
-        finally:
-            for process in workers:
-                process.terminate()
-            for process in workers:
-                process.wait(timeout=30)
+        for _ in range(WORKERS):
+            worker_process(url, worker_concurrency=str(CONCURRENCY), tenant_max_share=str(SHARE))
+        await _wait_until(runtime, flood, JobStatus.PROCESSING, flood_slots)
+        quick = [
+            (
+                await runtime.intake.submit(
+                    tenant_id="quick", request=_request(QUICK_LATENCY_MS, n)
+                )
+            ).job.job_id
+            for n in range(QUICK_JOBS)
+        ]
+        quick_done = await _wait_until(runtime, quick, JobStatus.SUCCEEDED, QUICK_JOBS)
+        flood_jobs = [await runtime.store.get(job_id) for job_id in flood]
 
     flood_done = sorted(
         job.completed_at for job in flood_jobs if job is not None and job.completed_at is not None

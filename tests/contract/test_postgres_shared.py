@@ -1,6 +1,6 @@
-"""What many processes on one PostgreSQL share: each "process" here is its own runtime
-with its own connection pool, caches and limiters, so nothing passes between them but
-the database. Revoked keys and intake pauses take effect on the next request
+"""What many processes on one PostgreSQL share. A "process" here is its own runtime with
+its own connection pool, caches and limiters, so nothing passes between them but the
+database; the worker that pauses must reach is a real OS process. Revoked keys and intake pauses take effect on the next request
 everywhere; a workers pause within the worker's look interval (PAUSE_CHECK_SECONDS);
 a tenant's API budget is one budget however many API processes serve it."""
 
@@ -20,6 +20,7 @@ from ferryman.core.job import JobStatus
 from ferryman.core.ratelimit import TokenBucket
 from ferryman.http.app import AppDeps, create_app
 from ferryman.ports.control import Switch
+from ferryman.services.pauses import PAUSES_CACHE_SECONDS
 from ferryman.services.provider_share import LIVE_AFTER_SECONDS, PerMinute, ProviderShareSync
 from ferryman.services.worker import PAUSE_CHECK_SECONDS
 from ferryman.wiring import open_runtime
@@ -85,33 +86,47 @@ async def test_an_intake_pause_in_one_process_refuses_submissions_in_another(pos
         assert resumed.status_code == 202
 
 
-async def test_a_workers_pause_in_one_process_stops_a_worker_in_another(postgres_scratch):
-    async with AsyncExitStack() as stack:
-        one, two = await _two_runtimes(stack, postgres_scratch())
-        client = await stack.enter_async_context(_client(one, await one.api_keys.create("acme")))
-        stop = asyncio.Event()
-        running = asyncio.create_task(two.new_worker(concurrency=2).run(stop))
-        try:
+async def test_pauses_reach_a_worker_process_within_a_second(postgres_scratch, worker_process):
+    """A worker in another OS process stops receiving within PAUSE_CHECK_SECONDS of a
+    workers pause, starts again after the resume, and leaves a paused provider's job
+    alone within the second it trusts its last look (PAUSES_CACHE_SECONDS)."""
+    url = postgres_scratch()
+    settings = Settings(database_url=url, results_url="db", postgres_pool_max_size=3)
+    async with open_runtime(settings) as one:
+        client = _client(one, await one.api_keys.create("acme"))
+        async with client:
+            worker_process(url, worker_concurrency="2")
+            first = (await client.post("/v1/generations", json=SUBMIT)).json()["job_id"]
+            assert await _status(client, first, JobStatus.SUCCEEDED) == JobStatus.SUCCEEDED
+
             await one.operations.set_paused(Switch.WORKERS, True, actor="test")
-            # The worker looks at the switches every PAUSE_CHECK_SECONDS: by then it knows.
-            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.3)
-            job_id = (await client.post("/v1/generations", json=SUBMIT)).json()["job_id"]
-            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.3)
-            held = (await client.get(f"/v1/generations/{job_id}")).json()["status"]
-
+            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.5)  # by then the worker has looked
+            held = (await client.post("/v1/generations", json=SUBMIT)).json()["job_id"]
+            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.5)
+            while_paused = (await client.get(f"/v1/generations/{held}")).json()["status"]
             await one.operations.set_paused(Switch.WORKERS, False, actor="test")
-            status = held
-            for _ in range(100):
-                status = (await client.get(f"/v1/generations/{job_id}")).json()["status"]
-                if status == str(JobStatus.SUCCEEDED):
-                    break
-                await asyncio.sleep(0.1)
-        finally:
-            stop.set()
-            await running
+            after_resume = await _status(client, held, JobStatus.SUCCEEDED)
 
-        assert held == str(JobStatus.QUEUED)
-        assert status == str(JobStatus.SUCCEEDED)
+            await one.operations.set_provider_paused("sim", True, actor="test")
+            await asyncio.sleep(PAUSES_CACHE_SECONDS + 0.5)
+            for_paused = (await client.post("/v1/generations", json=SUBMIT)).json()["job_id"]
+            await asyncio.sleep(PAUSE_CHECK_SECONDS + 0.5)
+            provider_paused = (await client.get(f"/v1/generations/{for_paused}")).json()
+
+    assert while_paused == JobStatus.QUEUED
+    assert after_resume == JobStatus.SUCCEEDED
+    assert provider_paused["status"] != JobStatus.SUCCEEDED
+
+
+async def _status(client: httpx.AsyncClient, job_id: str, wanted: JobStatus) -> str:
+    """The job's status once it is ``wanted``, or its last within ten seconds."""
+    status = ""
+    for _ in range(100):
+        status = (await client.get(f"/v1/generations/{job_id}")).json()["status"]
+        if status == wanted:
+            break
+        await asyncio.sleep(0.1)
+    return status
 
 
 async def test_two_api_processes_share_one_tenant_budget(postgres_scratch):
