@@ -11,9 +11,9 @@ throttle narrowed its window or lowered its rate: what its share grew by since t
 last report (the cluster adds everyone's growth, as TCP flows sharing a link each
 grow their own window), or the throttle, with the cluster epoch its call was admitted
 under (the cluster decreases once per epoch, however many processes report the same
-overload). Each report is also the process's heartbeat: one that dies or stops
-calling is not counted after LIVE_AFTER_SECONDS, and the others' shares grow back to
-the whole. If the database cannot be reached the process keeps pacing itself with
+overload). A process that joins adds its starting window to the cluster's. Each
+report is also the process's heartbeat: one that dies or stops calling is not counted
+after LIVE_AFTER_SECONDS, and the others' shares grow back to the whole. If the database cannot be reached the process keeps pacing itself with
 what it has, and tries again a report interval later.
 """
 

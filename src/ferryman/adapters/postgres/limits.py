@@ -42,6 +42,10 @@ class PostgresSharedLimits:
     async def report_provider(self, report: ProviderReport) -> ProviderShare:
         key = {"provider": report.provider, "model": report.model}
         async with self._db.transaction() as conn:
+            last = await fetch_one(
+                conn, LIMITS["provider_member_last_seen"], {**key, "member": report.member}
+            )
+            joined = last is None or last["seen_at"] < report.now - report.live_after_seconds
             await execute(
                 conn,
                 LIMITS["provider_member_seen"],
@@ -68,6 +72,8 @@ class PostgresSharedLimits:
                     "start_window": report.start_window,
                     "max_total": report.max_window * members,
                     "grown_window": max(0.0, report.grown_window),
+                    # A process joining brings its starting window with it.
+                    "joined_window": report.start_window if joined else 0.0,
                     "grown_rate": max(0.0, report.grown_rate),
                     "throttled_epoch": report.throttled_epoch,
                     "narrowed_window": report.narrowed_window,

@@ -34,6 +34,10 @@ SELECT t.tenant_id, (
 ) AS held
 FROM unnest(%(tenants)s::text[]) AS t(tenant_id);
 
+-- name: provider_member_last_seen
+SELECT seen_at FROM provider_limit_members
+WHERE provider = %(provider)s AND model = %(model)s AND member = %(member)s;
+
 -- name: provider_member_seen
 INSERT INTO provider_limit_members (provider, model, member, seen_at)
 VALUES (%(provider)s, %(model)s, %(member)s, %(now)s)
@@ -53,14 +57,15 @@ WHERE provider = %(provider)s AND model = %(model)s AND seen_at >= %(live_since)
 -- One decrease per epoch: a throttle reported under the current epoch halves the
 -- window (and lowers the rate), each by its process's factor, and advances the epoch; reports of the same
 -- overload from other processes then carry the old epoch and change nothing. Growth
--- adds up, capped at %(max_total)s.
+-- adds up, and a process that joins (or comes back) adds its starting window, capped
+-- at %(max_total)s.
 INSERT INTO provider_limits AS p (provider, model, window_calls, rate, epoch, updated_at)
 VALUES (%(provider)s, %(model)s, %(start_window)s, %(learned_total)s::float8, 0, %(now)s)
 ON CONFLICT (provider, model) DO UPDATE SET
     window_calls = CASE
         WHEN p.epoch = %(throttled_epoch)s::int AND %(narrowed_window)s
             THEN GREATEST(1.0, p.window_calls * %(window_factor)s)
-        ELSE LEAST(%(max_total)s, p.window_calls + %(grown_window)s)
+        ELSE LEAST(%(max_total)s, p.window_calls + %(grown_window)s + %(joined_window)s)
     END,
     rate = CASE
         WHEN p.epoch = %(throttled_epoch)s::int AND %(lowered_rate)s
