@@ -29,16 +29,20 @@ from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
 from ferryman.observability.logging import configure_logging
+from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, SubmitRequest
+from ferryman.services.ledger import JobLedger
+from ferryman.services.results import ResultWriter
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from pathlib import Path
 
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.results import ResultStore
+    from ferryman.services.limiter import CallBudget
     from ferryman.tasks import TaskRegistry
 
 TENANT = "bench"
@@ -50,7 +54,7 @@ class Stack:
     """One open database and the adapters over it, as one ferryman process holds them."""
 
     db: SqliteDatabase
-    store: SqliteJobStore
+    store: JobLedger
     queue: SqliteJobQueue
     results: ResultStore
     control: SqliteControlStore
@@ -74,12 +78,13 @@ class Stack:
         concurrency: int,
         lease: LeasePolicy | None = None,
         provider_timeout_seconds: float = 30.0,
+        budgets: Mapping[str, CallBudget] | None = None,
     ) -> Worker:
         return Worker(
             store=self.store,
             queue=self.queue,
-            results=self.results,
-            providers=providers,
+            results=ResultWriter(self.results),
+            catalog=ModelCatalog.serving_own_names(providers),
             tasks=self.tasks,
             control=self.control,
             clock=self.clock,
@@ -90,6 +95,7 @@ class Stack:
             worker_id="bench",
             failpoints=Failpoints(),
             receive_wait_seconds=0.05,
+            budgets=budgets,
         )
 
 
@@ -107,7 +113,7 @@ async def open_stack(
             store = FileResultStore(path.with_name(path.stem + "-results"))
         yield Stack(
             db=db,
-            store=SqliteJobStore(db),
+            store=JobLedger(SqliteJobStore(db)),
             queue=SqliteJobQueue(db, clock=SystemClock()),
             results=store,
             control=SqliteControlStore(db),

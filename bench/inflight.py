@@ -18,12 +18,14 @@ import os
 import sys
 import tempfile
 import time
+import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferryman.core.lease import LeasePolicy
 from ferryman.providers.simulated import SimulatedProvider
+from ferryman.services.limiter import CallBudget
 from harness import (
     current_rss_mb,
     fmt,
@@ -72,14 +74,43 @@ class CountingProvider:
 
 
 @dataclass(slots=True)
+class Trace:
+    """tracemalloc snapshots before the worker starts and once every call is in flight."""
+
+    calls: int
+    before: tracemalloc.Snapshot
+    at_peak: tracemalloc.Snapshot | None = None
+
+    def report(self, limit: int = 25) -> None:
+        """What each call in flight holds, by the line that allocated it (stderr)."""
+        if self.at_peak is None:
+            print("tracemalloc: the worker never had every call in flight", file=sys.stderr)
+            return
+        diff = self.at_peak.compare_to(self.before, "lineno")
+        total = sum(d.size_diff for d in diff)
+        print(f"tracemalloc: {total / self.calls:,.0f} B per call in flight", file=sys.stderr)
+        for d in diff[:limit]:
+            frame = d.traceback[0]
+            print(
+                f"  {d.size_diff / self.calls:8,.0f} B/call {d.count_diff / self.calls:6.2f} "
+                f"blocks/call  {frame.filename}:{frame.lineno}",
+                file=sys.stderr,
+            )
+
+
+@dataclass(slots=True)
 class Samples:
     worker_in_flight_max: int = 0
     rss_max_mb: float = 0.0
     count: int = 0
 
 
-async def sample(worker: Worker, samples: Samples, stop: asyncio.Event) -> None:
+async def sample(
+    worker: Worker, samples: Samples, stop: asyncio.Event, trace: Trace | None = None
+) -> None:
     while not stop.is_set():
+        if trace is not None and trace.at_peak is None and worker.in_flight >= trace.calls:
+            trace.at_peak = tracemalloc.take_snapshot()
         samples.worker_in_flight_max = max(samples.worker_in_flight_max, worker.in_flight)
         samples.rss_max_mb = max(samples.rss_max_mb, current_rss_mb())
         samples.count += 1
@@ -104,16 +135,23 @@ async def measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         await submit_all(stack.intake(), args.calls, batch=100, latency_ms=args.latency_ms)
         submit_seconds = time.perf_counter() - submitted
         rss_before_mb = current_rss_mb()
+        trace = None
+        if args.tracemalloc:
+            tracemalloc.start()
+            trace = Trace(args.calls, tracemalloc.take_snapshot())
         provider = CountingProvider(SimulatedProvider())
         worker = stack.worker(
             providers=[provider],
             concurrency=args.calls,
             lease=lease,
             provider_timeout_seconds=provider_timeout,
+            # As [providers.sim] max_concurrency = calls would: the call limiter's
+            # default (64) would otherwise be the limit measured.
+            budgets={provider.name: CallBudget(max_concurrency=args.calls)},
         )
         stop, done = asyncio.Event(), asyncio.Event()
         samples = Samples()
-        sampler = asyncio.create_task(sample(worker, samples, done))
+        sampler = asyncio.create_task(sample(worker, samples, done, trace))
         started = time.perf_counter()
         running = asyncio.create_task(worker.run(stop))
         try:
@@ -124,6 +162,9 @@ async def measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             await running
             done.set()
             await sampler
+    if trace is not None:
+        trace.report()
+        tracemalloc.stop()
     times = read_job_times(path)
     return {
         "peak_rss_mb": peak_rss_mb(),
@@ -185,6 +226,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results", choices=["file", "db"], default="file")
     parser.add_argument("--dir", type=Path, default=None, help="parent of the temporary dir")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="print what each call in flight holds, by allocating line (slower; RSS is off)",
+    )
     return parser.parse_args(argv)
 
 

@@ -46,6 +46,7 @@ from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.jobs import JobQueries
 from ferryman.services.operations import Operations
+from ferryman.services.usage import UsageReports
 from harness import (
     TENANT,
     Stack,
@@ -60,7 +61,7 @@ from harness import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
 
 TARGET_SERVICE_RATIO = 0.35
 KEY_VARIABLE = "FERRYMAN_BENCH_API_KEY"
@@ -215,10 +216,15 @@ def _listening_socket() -> socket.socket:
     return sock
 
 
-def _server(stack: Stack) -> tuple[_QuietServer, ApiKeys]:
+def _server(stack: Stack, parser: str) -> tuple[_QuietServer, ApiKeys]:
+    """The app as ``ferryman serve`` serves it: default settings, the same server config."""
     # Imported here, after quiet_logs(): the HTTP modules bind loggers at import time.
+    from ferryman.cli.serving import server_config
+    from ferryman.config import Settings
     from ferryman.http.app import AppDeps, create_app
+    from ferryman.http.connections import ConnectionLimits
 
+    s = Settings()
     api_keys = ApiKeys(keys=SqliteApiKeyStore(stack.db), clock=stack.clock)
     deps = AppDeps(
         intake=stack.intake(),
@@ -227,9 +233,23 @@ def _server(stack: Stack) -> tuple[_QuietServer, ApiKeys]:
             store=stack.store, queue=stack.queue, control=stack.control, clock=stack.clock
         ),
         api_keys=api_keys,
+        usage=UsageReports(store=stack.store, clock=stack.clock),
         clock=stack.clock,
+        max_body_bytes=s.max_body_bytes,
+        body_timeout_seconds=s.body_timeout_seconds,
+        tenant_rate_per_second=s.tenant_rate_per_second,
+        tenant_burst=s.tenant_burst,
+        tenant_read_rate_per_second=s.tenant_read_rate_per_second,
+        tenant_read_burst=s.tenant_read_burst,
+        tasks=stack.tasks,
     )
-    config = uvicorn.Config(create_app(deps), log_level="warning", access_log=False, lifespan="off")
+    limits = ConnectionLimits(
+        header_timeout_seconds=s.header_timeout_seconds,
+        keepalive_timeout_seconds=s.keepalive_timeout_seconds,
+        max_connections=s.max_connections,
+    )
+    config = server_config(create_app(deps), limits, shutdown_grace_seconds=1.0, parser=parser)
+    config.lifespan = "off"
     return _QuietServer(config), api_keys
 
 
@@ -267,7 +287,7 @@ async def _post_from_subprocess(base_url: str, key: str, n: int, clients: int) -
 
 
 async def http_rate(stack: Stack, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    server, api_keys = _server(stack)
+    server, api_keys = _server(stack, args.parser)
     key = await api_keys.create(TENANT)
     sock = _listening_socket()
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -298,10 +318,91 @@ async def http_rate(stack: Stack, path: Path, args: argparse.Namespace) -> dict[
     return summary
 
 
+def _loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop ``ferryman serve`` runs on, unless ``--loop asyncio``."""
+    from ferryman.cli.serving import event_loop_factory
+
+    return asyncio.new_event_loop if args.loop == "asyncio" else event_loop_factory()
+
+
 def _children_cpu_seconds() -> float:
     """CPU used by finished child processes (the HTTP client), user + system."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+# --- pickup: `ferryman api` + `ferryman worker`, two processes over one file ----------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ferryman(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ferryman", *args]
+
+
+async def pickup_latency(directory: Path, n: int, gap_seconds: float) -> dict[str, Any]:
+    """Accept -> claim across processes: jobs submitted one at a time, ``gap_seconds``
+    apart, to an idle worker in another process (the worker's default receive wait)."""
+    db = directory / "pickup.db"
+    port = _free_port()
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": f"sqlite:///{db}",
+        "FERRYMAN_RESULTS_URL": f"file://{directory / 'pickup-results'}",
+        "FERRYMAN_LOG_LEVEL": "WARNING",
+    }
+    made = await asyncio.create_subprocess_exec(
+        *_ferryman("keys", "create", "--tenant", TENANT),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    out, _ = await made.communicate()
+    key = out.decode().split()[-1]
+    api = await asyncio.create_subprocess_exec(
+        *_ferryman("api", "--port", str(port)), env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    worker = await asyncio.create_subprocess_exec(
+        *_ferryman("worker"), env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(
+            base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30.0
+        ) as client:
+            await _wait_ready(client)
+            await asyncio.sleep(1.0)  # the worker is up and waiting too
+            for i in range(n):
+                body = {"task": "generate", "input": {"prompt": f"pickup {i}"}}
+                response = await client.post("/v1/generations", json=body)
+                if response.status_code != 202:
+                    raise RuntimeError(f"POST answered {response.status_code}")
+                await asyncio.sleep(gap_seconds)
+        await wait_all_succeeded(db, n, timeout_seconds=DONE_TIMEOUT_SECONDS)
+    finally:
+        for process in (api, worker):
+            process.terminate()
+            await process.wait()
+    times = read_job_times(db)
+    waits = [(c - a) * 1000 for a, c in zip(times.accepted, times.claimed, strict=True)]
+    return {
+        "pickup_jobs": n,
+        "pickup_accept_to_claim_p50_ms": percentile(waits, 50),
+        "pickup_accept_to_claim_p99_ms": percentile(waits, 99),
+    }
+
+
+async def _wait_ready(client: httpx.AsyncClient) -> None:
+    for _ in range(300):
+        with contextlib.suppress(httpx.TransportError):
+            if (await client.get("/readyz")).status_code == 200:
+                return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("ferryman api did not become ready")
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -358,6 +459,8 @@ def report(
         "http_clients": None if args.skip_http else args.clients,
         "http_client": None if args.skip_http else _client_kind(args),
         "writer_max_batch": args.max_batch,
+        "loop": args.loop,
+        "parser": args.parser,
         "cpus": os.cpu_count(),
         # Other work on the machine skews every figure: say how busy it was.
         "load_average_1m": {"start": start_load, "end": os.getloadavg()[0]},
@@ -388,6 +491,10 @@ def print_human(out: dict[str, Any]) -> None:
             *_costs(out, "http"),
             ("  CPU per job (client process)", _client_cpu(out)),
         ]
+    if "pickup_jobs" in out:
+        rows.append(
+            ("api + worker: accept -> claim p50 / p99", _pair(out, "pickup_accept_to_claim"))
+        )
     s = out["settings"]
     title = (
         f"ferryman throughput: {s['jobs']} jobs x {s['rounds']} rounds (medians), "
@@ -438,6 +545,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-batch", type=int, default=256, help="writer's group-commit cap")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument(
+        "--pickup", type=int, default=0, help="api + worker: N jobs one at a time (0: skip)"
+    )
+    parser.add_argument("--pickup-gap", type=float, default=0.02, help="seconds between them")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--parser", choices=["httptools", "h11"], default="httptools")
+    parser.add_argument(
         "--profile", choices=["service", "http"], help="cProfile one run (main thread) to stderr"
     )
     parser.add_argument("--dir", type=Path, default=None, help="parent of the temporary dir")
@@ -459,8 +572,15 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logs()
     with tempfile.TemporaryDirectory(prefix="ferryman-bench-", dir=args.dir) as tmp:
         start_load = os.getloadavg()[0]
-        rounds = asyncio.run(measure(args, Path(tmp)))
+        with asyncio.Runner(loop_factory=_loop_factory(args)) as runner:
+            rounds = runner.run(measure(args, Path(tmp)))
+            pickup = (
+                runner.run(pickup_latency(Path(tmp), args.pickup, args.pickup_gap))
+                if args.pickup
+                else {}
+            )
     out = report(args, rounds, start_load)
+    out.update(pickup)
     if args.json:
         print(json.dumps(out))
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ferryman.client import (
     AsyncClient,
     Attempt,
+    BatchProblem,
     Client,
     ClientError,
     Event,
@@ -19,6 +20,7 @@ from ferryman.client import (
     JobHistory,
     JobStatus,
     Page,
+    SubmitItem,
     Submitted,
     UnreachableError,
     WaitTimeoutError,
@@ -27,6 +29,7 @@ from ferryman.client import (
 __all__ = [
     "AsyncClient",
     "Attempt",
+    "BatchProblem",
     "Client",
     "ClientError",
     "Event",
@@ -36,6 +39,7 @@ __all__ = [
     "JobHistory",
     "JobStatus",
     "Page",
+    "SubmitItem",
     "Submitted",
     "UnreachableError",
     "WaitTimeoutError",

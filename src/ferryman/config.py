@@ -183,9 +183,13 @@ class Settings(BaseSettings):
     # The API.
     idempotency_retention_seconds: float = Field(default=86400.0, gt=0)
     max_body_bytes: int = Field(default=262144, ge=1)
-    # Submissions (and cancels) per second per tenant (0 turns the limit off), with bursts
-    # of tenant_burst; reads (get, list, events) have their own, larger budget.
-    tenant_rate_per_second: float = Field(default=50.0, ge=0)
+    # The body of POST /v1/generations/batch (up to 1,000 jobs), read whole in memory.
+    max_batch_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    # Submissions (and cancels) per second per tenant (0 turns the limit off), a batch
+    # counting its items, with bursts of tenant_burst; reads (get, list, events) have
+    # their own budget. The default is about what one API process can accept, so it
+    # never holds back a producer the process could serve (docs/operations.md).
+    tenant_rate_per_second: float = Field(default=5000.0, ge=0)
     tenant_burst: int = Field(default=100, ge=1)
     tenant_read_rate_per_second: float = Field(default=200.0, ge=0)
     tenant_read_burst: int = Field(default=400, ge=1)

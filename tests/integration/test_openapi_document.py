@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 OPERATIONS = {
     ("post", "/v1/generations"): "createGeneration",
+    ("post", "/v1/generations/batch"): "createGenerationBatch",
     ("get", "/v1/generations"): "listGenerations",
     ("get", "/v1/generations/{job_id}"): "getGeneration",
     ("get", "/v1/generations/{job_id}/events"): "listGenerationEvents",
@@ -227,6 +228,19 @@ async def test_the_body_per_task_follows_the_registry_and_the_catalog(
         assert set(task_input["properties"]) == set(task.input_schema["properties"])
         # Only the models this deployment serves can be named.
         assert entry["properties"]["model"]["anyOf"][0]["enum"] == ["sim"]
+    # A batch's items are the same bodies, each with its own idempotency_key.
+    batch = document["paths"]["/v1/generations/batch"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]["schema"]
+    jobs = batch["properties"]["jobs"]
+    assert (jobs["minItems"], jobs["maxItems"]) == (1, 1000)
+    items = jobs["items"]["discriminator"]["mapping"]
+    assert sorted(items) == http_stack.tasks.names()
+    for task in http_stack.tasks:
+        item = schemas[items[task.name].rsplit("/", 1)[-1]]
+        single = schemas[mapping[task.name].rsplit("/", 1)[-1]]
+        assert item["properties"].pop("idempotency_key")["maxLength"] == 255
+        assert item["properties"] == single["properties"]
 
 
 async def test_metrics_are_served_as_text(

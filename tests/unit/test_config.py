@@ -48,7 +48,7 @@ def test_defaults_of_the_extra_knobs() -> None:
     assert s.heartbeat_seconds == 20  # min(lease, visibility) / 3
     assert s.stalled_seconds == 120  # visibility + lease
     assert s.sqlite_synchronous == "FULL"
-    assert (s.tenant_rate_per_second, s.tenant_burst) == (50, 100)
+    assert (s.tenant_rate_per_second, s.tenant_burst) == (5000, 100)
     assert (s.log_level, s.log_json) == ("INFO", False)
 
 

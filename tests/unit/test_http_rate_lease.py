@@ -126,3 +126,27 @@ async def test_the_headers_count_the_shared_balance_and_this_process_lease() -> 
     # 150 left in the shared bucket, 49 more held here; 1 token short of full.
     assert quota.remaining == 199
     assert quota.reset_seconds == 1
+
+
+async def test_a_batch_spends_one_token_per_item_across_processes() -> None:
+    shared = CountingBuckets()
+    first, second = LeasedBudgets(policy(1.0, 10), shared), LeasedBudgets(policy(1.0, 10), shared)
+
+    batch = await first.acquire(Budget.SUBMIT, "acme", 0.0, cost=7)
+    too_many = await second.acquire(Budget.SUBMIT, "acme", 0.0, cost=7)
+    fits = await second.acquire(Budget.SUBMIT, "acme", 0.0, cost=3)
+
+    assert batch is not None and batch.allowed
+    assert too_many is not None and not too_many.allowed
+    assert fits is not None and fits.allowed
+
+
+async def test_a_cost_over_the_burst_passes_once_and_is_paid_back_before_more() -> None:
+    shared = CountingBuckets()
+    budgets = LeasedBudgets(policy(1.0, 4), shared)
+
+    big = await budgets.acquire(Budget.SUBMIT, "acme", 0.0, cost=10)
+    after = await budgets.acquire(Budget.SUBMIT, "acme", 4.0)  # 4 refilled, 6 owed
+
+    assert big is not None and big.allowed
+    assert after is not None and not after.allowed

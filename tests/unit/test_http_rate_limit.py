@@ -97,3 +97,35 @@ def test_reads_are_get_and_head_everything_else_submits() -> None:
     assert Budget.for_method("HEAD") is Budget.READ
     assert Budget.for_method("POST") is Budget.SUBMIT
     assert Budget.for_method("DELETE") is Budget.SUBMIT
+
+
+def test_a_batch_spends_one_token_per_item() -> None:
+    limiter = budgets(rate=10.0, burst=20)
+
+    batch = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=15)
+    single = limiter.take(Budget.SUBMIT, "acme", 0.0)
+    too_many = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=5)
+
+    assert batch is not None and batch.allowed and batch.remaining == 5
+    assert single is not None and single.allowed and single.remaining == 4
+    assert too_many is not None and not too_many.allowed
+    assert too_many.retry_after_seconds == 1  # one more token: 0.1 s, rounded up
+
+
+def test_a_batch_over_the_burst_waits_for_a_full_bucket_then_leaves_debt() -> None:
+    limiter = budgets(rate=100.0, burst=10)
+
+    limiter.take(Budget.SUBMIT, "acme", 0.0, cost=3)
+    early = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=1000)
+    full = limiter.take(Budget.SUBMIT, "acme", 0.05, cost=1000)
+    after = limiter.take(Budget.SUBMIT, "acme", 5.0)  # 990 in debt, 495 refilled: 4.96 s more
+
+    assert early is not None and not early.allowed
+    assert full is not None and full.allowed and full.remaining == 0
+    assert after is not None and not after.allowed
+    assert after.retry_after_seconds == 5
+
+
+def test_a_cost_below_one_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="cost"):
+        budgets().take(Budget.SUBMIT, "acme", 0.0, cost=0)

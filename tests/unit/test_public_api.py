@@ -9,6 +9,7 @@ def test_exported_names_are_exactly_the_intended_ones() -> None:
     assert sorted(ferryman.__all__) == [
         "AsyncClient",
         "Attempt",
+        "BatchProblem",
         "Client",
         "ClientError",
         "Event",
@@ -18,6 +19,7 @@ def test_exported_names_are_exactly_the_intended_ones() -> None:
         "JobHistory",
         "JobStatus",
         "Page",
+        "SubmitItem",
         "Submitted",
         "UnreachableError",
         "WaitTimeoutError",

@@ -1,27 +1,54 @@
-"""An in-process nudge for queue consumers waiting on an empty queue.
+"""A nudge for queue consumers waiting on an empty queue.
 
 A long-polling receive sleeps until a message is sent (or made visible) or its poll
-interval passes. This process's own sends nudge it; on PostgreSQL so do other
-processes' sends, through LISTEN/NOTIFY; the poll covers the rest. A generation
-counter closes the gap between "found nothing" and "started waiting".
+interval passes. In this process the nudge is direct. Other processes' sends reach it
+through ``peers`` where the engine has them (SQLite: one-byte datagrams among the
+processes sharing the file, adapters/sqlite/peers.py) or through the engine's own
+channel (PostgreSQL: LISTEN/NOTIFY calls ``notify``); the poll covers whatever a nudge
+misses. A generation counter closes the gap between "found nothing" and "started
+waiting".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class Peers(Protocol):
+    """Wake-ups exchanged with other processes (adapters/sqlite/peers.py has one)."""
+
+    @property
+    def listening(self) -> bool: ...
+
+    def listen(self, on_wake: Callable[[], None]) -> bool: ...
+
+    def broadcast(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Wakeup:
-    def __init__(self) -> None:
+    def __init__(self, peers: Peers | None = None) -> None:
         self._generation = 0
         self._waiters: set[asyncio.Future[None]] = set()
+        self._peers = peers
 
     @property
     def generation(self) -> int:
         return self._generation
 
     def notify(self) -> None:
+        """Something became visible: wake this process's waiters and the other processes'."""
+        self._notify_here()
+        if self._peers is not None:
+            self._peers.broadcast()
+
+    def _notify_here(self) -> None:
         self._generation += 1
         for waiter in list(self._waiters):
             # A waiter may belong to another event loop (or a closed one).
@@ -30,6 +57,9 @@ class Wakeup:
 
     async def wait(self, *, since: int, timeout_seconds: float) -> None:
         """Return on a notify after generation ``since``, or after the timeout."""
+        if self._peers is not None and not self._peers.listening:
+            # Listen from the first wait: only a process that waits needs waking.
+            self._peers.listen(self._notify_here)
         if self._generation != since or timeout_seconds <= 0:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -39,6 +69,10 @@ class Wakeup:
         finally:
             self._waiters.discard(waiter)
             waiter.cancel()
+
+    def close(self) -> None:
+        if self._peers is not None:
+            self._peers.close()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

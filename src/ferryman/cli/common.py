@@ -107,10 +107,14 @@ def needs_server(command: Callable[P, T]) -> Callable[P, T]:
     return run_command
 
 
-def run(coroutine: Coroutine[Any, Any, T]) -> T:
+def run(
+    coroutine: Coroutine[Any, Any, T],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
     """Run a command's coroutine; configuration problems found on the way exit 2."""
     try:
-        return asyncio.run(coroutine)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(coroutine)
     except (UnsupportedBackendError, InvalidUrlError, ConfigurationError) as exc:
         fail(exc.message, EXIT_USAGE)
 

@@ -113,11 +113,14 @@ def _start(
     sweeper: bool,
     concurrency: int | None = None,
 ) -> None:
-    from ferryman.cli.serving import Roles
+    from ferryman.cli.serving import Roles, event_loop_factory
 
     roles = Roles(api=api, worker=worker, sweeper=sweeper, concurrency=concurrency)
     s = settings()
-    code = run(_run_process(s, host or s.host, s.port if port is None else port, roles))
+    code = run(
+        _run_process(s, host or s.host, s.port if port is None else port, roles),
+        event_loop_factory(),
+    )
     raise typer.Exit(code)
 
 

@@ -25,8 +25,10 @@ from ferryman.http.app import AppDeps, create_app
 from ferryman.http.connections import ConnectionLimits, protocol_with
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Generator
+    from collections.abc import Callable, Coroutine, Generator
     from typing import Any
+
+    from fastapi import FastAPI
 
     from ferryman.wiring import Runtime
 
@@ -57,6 +59,7 @@ def app_deps(runtime: Runtime) -> AppDeps:
         usage=runtime.usage,
         clock=runtime.clock,
         max_body_bytes=s.max_body_bytes,
+        max_batch_body_bytes=s.max_batch_body_bytes,
         body_timeout_seconds=s.body_timeout_seconds,
         tenant_rate_per_second=s.tenant_rate_per_second,
         tenant_burst=s.tenant_burst,
@@ -74,6 +77,17 @@ def connection_limits(runtime: Runtime) -> ConnectionLimits:
         keepalive_timeout_seconds=s.keepalive_timeout_seconds,
         max_connections=s.max_connections,
     )
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop for the long-running processes: its transports and
+    scheduling cost about half of asyncio's per request (docs/benchmarks.md); asyncio's
+    own where uvloop is not built (Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -101,23 +115,39 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 
 
 def _server(runtime: Runtime) -> _EmbeddedServer:
-    config = uvicorn.Config(
+    config = server_config(
         create_app(app_deps(runtime)),
-        # h11 with the header timeout and connection cap uvicorn lacks (http/connections.py).
-        http=protocol_with(connection_limits(runtime)),
+        connection_limits(runtime),
+        shutdown_grace_seconds=runtime.settings.shutdown_grace_seconds,
+    )
+    return _EmbeddedServer(config)
+
+
+def server_config(
+    app: FastAPI,
+    limits: ConnectionLimits,
+    *,
+    shutdown_grace_seconds: float,
+    parser: str = "httptools",
+) -> uvicorn.Config:
+    """How the API is served (the benchmarks serve it the same way)."""
+    return uvicorn.Config(
+        app,
+        # llhttp with the header timeout, head bound and connection cap uvicorn lacks
+        # (http/connections.py).
+        http=protocol_with(limits, parser),
         # No log_config: uvicorn's records reach the root logger, which
         # configure_logging routes through the same sanitising rules as ours.
         log_config=None,
         log_level="warning",
         lifespan="auto",
-        timeout_graceful_shutdown=max(1, math.ceil(runtime.settings.shutdown_grace_seconds)),
+        timeout_graceful_shutdown=max(1, math.ceil(shutdown_grace_seconds)),
         access_log=False,
         # ferryman reads neither the client address nor the scheme, so it trusts no
         # X-Forwarded-* header, and it does not advertise what it runs on.
         proxy_headers=False,
         server_header=False,
     )
-    return _EmbeddedServer(config)
 
 
 async def run_roles(runtime: Runtime, roles: Roles, sock: socket.socket | None) -> int:

@@ -17,6 +17,7 @@ from ferryman.client.errors import (
 )
 from ferryman.client.models import (
     Attempt,
+    BatchProblem,
     Event,
     FailureClass,
     Job,
@@ -25,6 +26,7 @@ from ferryman.client.models import (
     JobStatus,
     Page,
     ResultFailure,
+    SubmitItem,
     Submitted,
 )
 from ferryman.client.retrying import DEFAULT_RETRY_BUDGET_SECONDS, RetryNotice, retry_after_seconds
@@ -34,6 +36,7 @@ __all__ = [
     "DEFAULT_RETRY_BUDGET_SECONDS",
     "AsyncClient",
     "Attempt",
+    "BatchProblem",
     "Client",
     "ClientError",
     "Event",
@@ -47,6 +50,7 @@ __all__ = [
     "Page",
     "ResultFailure",
     "RetryNotice",
+    "SubmitItem",
     "Submitted",
     "UnreachableError",
     "WaitTimeoutError",

@@ -20,17 +20,27 @@ from ferryman.client.errors import (
     JobFailedError,
     WaitTimeoutError,
 )
-from ferryman.client.models import Job, JobHistory, JobStatus, Page, Submitted
+from ferryman.client.models import (
+    BatchProblem,
+    Job,
+    JobHistory,
+    JobStatus,
+    Page,
+    SubmitItem,
+    Submitted,
+)
 from ferryman.client.retrying import _monotonic
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
 
     import httpx
 
 T = TypeVar("T")
 
 DEFAULT_WAIT_TIMEOUT_SECONDS = 300.0
+# The most jobs the API takes in one batch request; submit_many sends more in several.
+MAX_BATCH_ITEMS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +124,60 @@ def submit(
         json=body,
         headers={"Idempotency-Key": key},
     )
+
+
+def batch_bodies(items: Iterable[SubmitItem | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each item as the JSON the batch route takes, every one with an idempotency_key
+    (a new uuid4 unless given): a batch retried after a lost answer, or sent again
+    whole, never makes a second job of any item. A dict with an unknown key or
+    without task and input is refused here (pydantic's ValidationError)."""
+    bodies = []
+    for item in items:
+        checked = item if isinstance(item, SubmitItem) else SubmitItem.model_validate(item)
+        body = checked.model_dump(exclude_none=True)
+        body.setdefault("idempotency_key", str(uuid.uuid4()))
+        bodies.append(body)
+    return bodies
+
+
+def submit_batch(bodies: list[dict[str, Any]]) -> Call[list[Submitted | BatchProblem]]:
+    """One request of at most MAX_BATCH_ITEMS jobs. Safe to repeat (every item has a
+    key), so it is retried like any idempotent request."""
+    assert 1 <= len(bodies) <= MAX_BATCH_ITEMS
+
+    def read(response: httpx.Response) -> list[Submitted | BatchProblem]:
+        entries = _read_batch(response)
+        if len(entries) != len(bodies):
+            raise ClientError(
+                f"the batch answer has {len(entries)} entries for {len(bodies)} jobs",
+                status=response.status_code,
+            )
+        return entries
+
+    return Call("POST", "/v1/generations/batch", read, json={"jobs": bodies})
+
+
+def _read_batch(response: httpx.Response) -> list[Submitted | BatchProblem]:
+    data = _json_of(response)
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise ClientError("the batch answer has no results list", status=response.status_code)
+    entries: list[Submitted | BatchProblem] = []
+    for entry in data["results"]:
+        # A job has a job_id; a problem never does.
+        model = Submitted if isinstance(entry, dict) and "job_id" in entry else BatchProblem
+        try:
+            entries.append(model.model_validate(entry))
+        except ValidationError as exc:
+            raise ClientError(
+                f"unexpected batch entry: {exc.error_count()} field(s) do not match "
+                f"{model.__name__}",
+                status=response.status_code,
+            ) from exc
+    return entries
+
+
+def chunks(bodies: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    return [bodies[i : i + MAX_BATCH_ITEMS] for i in range(0, len(bodies), MAX_BATCH_ITEMS)]
 
 
 def get(job_id: str) -> Call[Job]:

@@ -29,6 +29,7 @@ KnownOrNewClass = Annotated[FailureClass | str, Field(union_mode="left_to_right"
 
 __all__ = [
     "Attempt",
+    "BatchProblem",
     "Event",
     "FailureClass",
     "Job",
@@ -37,6 +38,7 @@ __all__ = [
     "JobStatus",
     "Page",
     "ResultFailure",
+    "SubmitItem",
     "Submitted",
 ]
 
@@ -88,6 +90,38 @@ class Submitted(ApiModel):
     correlation_id: str | None = None
     # From the Idempotent-Replayed header: the key already named this job.
     replayed: bool = False
+
+
+class SubmitItem(BaseModel):
+    """One job for ``submit_many``: what ``submit`` takes, as one object. A plain dict
+    with the same keys does as well."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str
+    input: dict[str, Any]
+    model: str | None = None
+    metadata: dict[str, Any] | None = None
+    # A new uuid4 when absent, so a retried batch never makes a second job of it.
+    idempotency_key: str | None = None
+
+
+class ProblemField(ApiModel):
+    loc: list[str | int] = Field(default_factory=list)
+    msg: str = ""
+
+
+class BatchProblem(ApiModel):
+    """Why one item of a batch was refused: the problem a single submit of it would get
+    (``status`` is its HTTP status, ``code`` what to branch on). The others are not
+    affected."""
+
+    type: str = ""
+    title: str = ""
+    status: int
+    detail: str = ""
+    code: str
+    errors: list[ProblemField] = Field(default_factory=list)
 
 
 class Job(ApiModel):

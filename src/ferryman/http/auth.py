@@ -46,21 +46,37 @@ def app_deps(request: Request) -> AppDeps:
 
 
 async def authenticated(request: Request, _scheme: Credentials) -> Principal:
-    deps = app_deps(request)
-    principal = await deps.api_keys.authenticate(_bearer_token(request))
-    info = request_info(request)
-    info.tenant_id = principal.tenant_id
-    budgets: TenantBudgets | LeasedBudgets = request.app.state.budgets
-    quota = await budgets.acquire(
-        Budget.for_method(request.method), principal.tenant_id, deps.clock.now()
-    )
-    if quota is not None:
-        info.response_headers.extend(quota.headers())
-        if not quota.allowed:
-            raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
+    principal = await _identify(request)
+    await spend(request, principal, cost=1)
     # Here rather than before: an anonymous caller learns nothing about validation.
     refuse_repeated_query(request)
     return principal
+
+
+async def identified(request: Request, _scheme: Credentials) -> Principal:
+    """Who is calling, without spending their budget: for a route that knows its cost
+    only once it has read the body (a batch) and calls ``spend`` itself."""
+    principal = await _identify(request)
+    refuse_repeated_query(request)
+    return principal
+
+
+async def _identify(request: Request) -> Principal:
+    principal = await app_deps(request).api_keys.authenticate(_bearer_token(request))
+    request_info(request).tenant_id = principal.tenant_id
+    return principal
+
+
+async def spend(request: Request, principal: Principal, *, cost: int) -> None:
+    """Spend ``cost`` requests of the caller's budget; 429 when it is used up. Budgets
+    shared through the database (http/rate_lease.py) may have to ask it."""
+    budgets: TenantBudgets | LeasedBudgets = request.app.state.budgets
+    now = app_deps(request).clock.now()
+    quota = await budgets.acquire(Budget.for_method(request.method), principal.tenant_id, now, cost)
+    if quota is not None:
+        request_info(request).response_headers.extend(quota.headers())
+        if not quota.allowed:
+            raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
 
 
 def refuse_repeated_query(request: Request) -> None:
@@ -90,4 +106,6 @@ def _bearer_token(request: Request) -> str:
 
 
 Tenant = Annotated[Principal, Depends(authenticated)]
+# Authenticated; the route spends the budget itself (http/routes/batch.py).
+UnmeteredTenant = Annotated[Principal, Depends(identified)]
 Admin = Annotated[Principal, Depends(admin)]

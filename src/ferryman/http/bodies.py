@@ -208,6 +208,16 @@ async def read_body(request: Request, model: type[ModelT]) -> ModelT:
 
 
 async def _read_json(request: Request) -> Any:
+    data = await read_json(request)
+    bad = first_invalid_text(data)
+    if bad is not None:
+        loc, msg = bad
+        raise InvalidRequestError(msg, errors=[{"loc": ["body", *loc], "msg": msg}])
+    return data
+
+
+async def read_json(request: Request) -> Any:
+    """The body as JSON, its text not yet checked (a batch checks each item alone)."""
     content_type = request.headers.get("content-type")
     if content_type is not None and not _is_json(content_type):
         raise UnsupportedMediaTypeError()
@@ -218,10 +228,6 @@ async def _read_json(request: Request) -> Any:
         # ValueError covers bad UTF-8 and NaN/Infinity as well as bad syntax.
         msg = "the body is not valid JSON"
         raise InvalidRequestError(msg, errors=[{"loc": ["body"], "msg": msg}]) from None
-    bad = first_invalid_text(data)
-    if bad is not None:
-        loc, msg = bad
-        raise InvalidRequestError(msg, errors=[{"loc": ["body", *loc], "msg": msg}])
     return data
 
 

@@ -23,6 +23,8 @@ from ferryman.http.error_map import render_error
 from ferryman.http.errors import RequestTimeoutError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -31,24 +33,36 @@ class BodyTooLargeError(PayloadTooLargeError):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, timeout_seconds: float) -> None:
+    """``path_limits``: a limit of its own for the paths named (the batch intake takes
+    up to 1,000 jobs in one body); every other path has ``max_body_bytes``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        timeout_seconds: float,
+        path_limits: Mapping[str, int] | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.timeout_seconds = timeout_seconds
+        self.path_limits = dict(path_limits or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await self._refuse(PayloadTooLargeError(self._detail()), scope, receive, send)
+        if declared is not None and declared > limit:
+            await self._refuse(PayloadTooLargeError(self._detail(limit)), scope, receive, send)
             return
         body = _LimitedBody(
             receive,
-            max_bytes=self.max_body_bytes,
+            max_bytes=limit,
             deadline=asyncio.get_running_loop().time() + self.timeout_seconds,
-            too_large=self._detail(),
+            too_large=self._detail(limit),
             too_late=f"The request body did not arrive within {self.timeout_seconds:g} seconds.",
         )
         started = False
@@ -67,8 +81,8 @@ class BodyLimitMiddleware:
                 raise
             await self._refuse(exc, scope, receive, send)
 
-    def _detail(self) -> str:
-        return f"The request body is over the limit of {self.max_body_bytes} bytes."
+    def _detail(self, limit: int) -> str:
+        return f"The request body is over the limit of {limit} bytes."
 
     async def _refuse(self, exc: FerrymanError, scope: Scope, receive: Receive, send: Send) -> None:
         response = render_error(exc)

@@ -1,12 +1,13 @@
 """Connection-level limits uvicorn lacks: a header read timeout and a connection cap
 that answers in problem+json and keeps liveness probes working.
 
-uvicorn (h11) bounds an idle keep-alive connection (``timeout_keep_alive``), but
+The server is uvicorn over llhttp (httptools) by default, h11 on request; both get
+the same limits. uvicorn bounds an idle keep-alive connection (``timeout_keep_alive``), but
 nothing bounds a client that opens a connection and never finishes its request
 head: half a header line holds a socket, and its memory, forever. Its
 ``limit_concurrency`` answers plain-text 503s and refuses liveness probes too.
 
-``LimitedH11Protocol`` adds:
+``LimitedHttpToolsProtocol`` and ``LimitedH11Protocol`` add:
 
 - a header deadline: whenever the server waits for a request head (on a new
   connection, after a keep-alive response once bytes start arriving, or while a
@@ -15,7 +16,8 @@ head: half a header line holds a socket, and its memory, forever. Its
 - a cap on open connections: a request on a connection past ``max_connections``
   gets 503 ``too_many_connections`` with Retry-After and Connection: close, except
   ``/healthz``, so a busy process is not mistaken for a dead one;
-- ``keepalive_timeout_seconds`` with sub-second precision.
+- ``keepalive_timeout_seconds`` with sub-second precision;
+- over llhttp, h11's 16 KiB bound on a request head (llhttp has none): a 400.
 
 The body deadline is enforced in the app (http/body_limit.py), where a 408 can
 still be sent.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ferryman.http.error_map import render_error
 from ferryman.http.errors import TooManyConnectionsError
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
+# h11's bound on a request head (its max_incomplete_event_size), kept over llhttp.
+MAX_HEAD_BYTES = 16 * 1024
 # Answered even at the connection cap: liveness probes must not fail because of load.
 UNCAPPED_PATHS = frozenset({"/healthz"})
 
@@ -55,36 +60,31 @@ class ConnectionLimits:
             raise ValueError("max_connections must be at least 1")
 
 
-class LimitedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the limits above (set ``limits`` on a subclass,
-    see ``protocol_with``)."""
+class _Limited:
+    """The limits above, over either of uvicorn's HTTP/1.1 protocols (set ``limits`` on
+    a subclass, see ``protocol_with``). Both keep the request being served in
+    ``cycle`` and the open connections in ``connections``."""
 
     limits: ConnectionLimits
+    if TYPE_CHECKING:  # what the uvicorn protocol this is mixed into provides
+        app: Any
+        cycle: Any
+        connections: set[Any]
+        transport: asyncio.Transport
+        loop: asyncio.AbstractEventLoop
+        timeout_keep_alive: int
+        limit_concurrency: int | None
 
-    def __init__(
-        self,
-        config: Config,
-        server_state: ServerState,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
+    _header_deadline: asyncio.TimerHandle | None
+
+    def _apply_limits(self) -> None:
         self.timeout_keep_alive = self.limits.keepalive_timeout_seconds  # type: ignore[assignment]
         # The cap is ours (a problem+json 503, /healthz exempt), not uvicorn's.
         self.limit_concurrency = None
         self.app = _CappedApp(self.app, self)
-        self._header_deadline: asyncio.TimerHandle | None = None
+        self._header_deadline = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_header_deadline()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_header_deadline()
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
+    def _after_data(self) -> None:
         if self._handling_request():
             self._disarm_header_deadline()
         elif not self.transport.is_closing():
@@ -111,14 +111,92 @@ class LimitedH11Protocol(H11Protocol):
     def _header_deadline_passed(self) -> None:
         self._header_deadline = None
         if not self._handling_request():
-            # connection_lost tells h11 and uvicorn's bookkeeping.
+            # connection_lost tells the parser and uvicorn's bookkeeping.
             self.transport.close()
+
+
+class LimitedH11Protocol(_Limited, H11Protocol):
+    """uvicorn's h11 protocol with the limits above."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._apply_limits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._after_data()
+
+
+class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
+    """uvicorn's httptools (llhttp) protocol with the limits above, and h11's bound on a
+    request head, which llhttp does not have: a head over ``MAX_HEAD_BYTES`` is a 400."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._apply_limits()
+        self._head_bytes = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._after_data()
+
+    def on_message_begin(self) -> None:
+        self._head_bytes = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # The 4 bytes of ": " and CRLF count too, as they do in h11's buffer.
+        self._count_head(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def _count_head(self, n: int) -> None:
+        self._head_bytes += n
+        if self._head_bytes > MAX_HEAD_BYTES:
+            # Raised inside a parser callback, it surfaces as httptools' parser error,
+            # which uvicorn answers with a 400 and Connection: close.
+            raise HeadTooLargeError()
+
+
+class HeadTooLargeError(Exception):
+    """The request head is over the limit."""
 
 
 class _CappedApp:
     """The app, or a 503 problem when the connection it serves is past the cap."""
 
-    def __init__(self, app: ASGIApp, protocol: LimitedH11Protocol) -> None:
+    def __init__(self, app: ASGIApp, protocol: _Limited) -> None:
         self._app = app
         self._protocol = protocol
 
@@ -133,11 +211,20 @@ class _CappedApp:
         await self._app(scope, receive, send)
 
 
-def protocol_with(limits: ConnectionLimits) -> type[LimitedH11Protocol]:
-    """A protocol class for ``uvicorn.Config(http=...)`` that applies ``limits``."""
+def protocol_with(
+    limits: ConnectionLimits, parser: str = "httptools"
+) -> type[LimitedHttpToolsProtocol] | type[LimitedH11Protocol]:
+    """A protocol class for ``uvicorn.Config(http=...)`` that applies ``limits``, over
+    llhttp (``httptools``, the fast one) or ``h11`` (pure Python)."""
     given = limits
+    if parser == "h11":
 
-    class FerrymanH11Protocol(LimitedH11Protocol):
+        class FerrymanH11Protocol(LimitedH11Protocol):
+            limits = given
+
+        return FerrymanH11Protocol
+
+    class FerrymanHttpToolsProtocol(LimitedHttpToolsProtocol):
         limits = given
 
-    return FerrymanH11Protocol
+    return FerrymanHttpToolsProtocol

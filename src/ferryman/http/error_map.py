@@ -129,6 +129,13 @@ def problem_response(
     errors: Iterable[Mapping[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
+    body = _problem(status=status, title=title, code=code, detail=detail, errors=errors)
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _problem(
+    *, status: int, title: str, code: str, detail: str, errors: Iterable[Mapping[str, Any]] | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + code,
         "title": title,
@@ -138,7 +145,15 @@ def problem_response(
     }
     if errors is not None:
         body["errors"] = [{"loc": list(e["loc"]), "msg": str(e["msg"])} for e in errors]
-    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+    return body
+
+
+def problem_body(exc: RequestError) -> dict[str, Any]:
+    """The problem object a refused request gets, as a value: what one item of a batch
+    answers (inside a 200), the same status and code as if it were sent alone."""
+    status, title = status_for(exc) or (400, "Bad request")
+    errors = exc.errors if isinstance(exc, InvalidRequestError) else None
+    return _problem(status=status, title=title, code=exc.code, detail=exc.message, errors=errors)
 
 
 def render_error(exc: FerrymanError) -> JSONResponse:

@@ -18,7 +18,7 @@ raise. Everything else follows from that here, never by hand per route:
 
 ``install_openapi`` finishes the document once, when it is first asked for: the
 ``Problem`` components, and the submission body per registered task
-(http/bodies.py).
+(http/bodies.py), and the batch's items the same way (http/batch_bodies.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ferryman.core.errors import (
     PayloadTooLargeError,
     StoreUnavailableError,
 )
+from ferryman.http.batch_bodies import describe_batch_body
 from ferryman.http.bodies import describe_task_bodies, openapi_body
 from ferryman.http.context import CORRELATION_HEADER
 from ferryman.http.error_map import PROBLEM_MEDIA_TYPE, STATUS_TABLE
@@ -264,6 +265,7 @@ def install_openapi(
             _add_problem_components(document)
             if registry is not None:
                 describe_task_bodies(document, registry, models=models())
+                describe_batch_body(document)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -59,41 +59,47 @@ class LeasedBudgets:
     shared: SharedLimits
     _held: dict[tuple[Budget, str], _Held] = field(default_factory=dict, init=False)
 
-    async def acquire(self, budget: Budget, tenant_id: str, now: float) -> Quota | None:
-        """Spend one request of ``tenant_id``'s ``budget``; None when it is unlimited."""
+    async def acquire(
+        self, budget: Budget, tenant_id: str, now: float, cost: int = 1
+    ) -> Quota | None:
+        """Spend ``cost`` requests (1, or a batch's items) of ``tenant_id``'s ``budget``;
+        None when it is unlimited. A cost over the burst passes once a burst's worth is
+        leased and leaves this process in debt, paid from its next leases."""
+        if cost < 1:
+            raise ValueError("cost must be at least 1")
         policy = self.policies.get(budget)
         if policy is None:
             return None
         held = self._held.get((budget, tenant_id))
         if held is None:
             held = self._held[(budget, tenant_id)] = _Held()
-        if held.tokens < 1 or now - held.leased_at > MAX_LEASE_AGE_SECONDS:
+        need = min(cost, policy.burst)
+        if held.tokens < need or now - held.leased_at > MAX_LEASE_AGE_SECONDS:
             # One lease at a time per bucket: concurrent requests share its batch.
             async with held.lock:
-                await self._refill(held, policy, budget, tenant_id, now)
-        if held.tokens < 1:
+                await self._refill(held, policy, f"{budget}:{tenant_id}", need, now)
+        if held.tokens < need:
             wait_seconds = max(0.0, held.empty_until - now)
             return Quota(policy, False, 0, max(1, math.ceil(wait_seconds)))
-        held.tokens -= 1
+        held.tokens -= cost
         full_in = (policy.burst - held.tokens_left - held.tokens) / policy.rate_per_second
         remaining = int(held.tokens_left) + held.tokens
         return Quota(policy, True, max(0, remaining), max(0, math.ceil(full_in)))
 
-    async def _refill(
-        self, held: _Held, policy: Policy, budget: Budget, tenant_id: str, now: float
-    ) -> None:
-        if held.tokens >= 1 and now - held.leased_at <= MAX_LEASE_AGE_SECONDS:
-            return  # another request refilled it while this one waited for the lock
-        held.tokens = 0
-        if now < held.empty_until:
-            return
+    async def _refill(self, held: _Held, policy: Policy, key: str, need: int, now: float) -> None:
+        if now - held.leased_at > MAX_LEASE_AGE_SECONDS:
+            held.tokens = min(held.tokens, 0)  # unspent tokens go stale; a debt stays
+        if held.tokens >= need or now < held.empty_until:
+            return  # another request refilled it meanwhile, or nothing is due yet
         lease = await self.shared.lease(
-            f"{budget}:{tenant_id}",
+            key,
             rate_per_second=policy.rate_per_second,
             burst=policy.burst,
-            want=batch_size(policy),
+            want=max(batch_size(policy), need - held.tokens),
             now=now,
         )
-        held.tokens, held.tokens_left, held.leased_at = lease.granted, lease.tokens_left, now
-        if lease.granted < 1:
-            held.empty_until = now + (1.0 - lease.tokens_left) / policy.rate_per_second
+        held.tokens += lease.granted
+        held.tokens_left, held.leased_at = lease.tokens_left, now
+        if held.tokens < need:
+            short = need - held.tokens - lease.tokens_left
+            held.empty_until = now + max(0.0, short) / policy.rate_per_second

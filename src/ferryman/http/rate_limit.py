@@ -7,7 +7,10 @@ Two budgets per tenant, kept apart so that polling never costs a submission:
 - ``read``: requests that only look (GET, HEAD: a job, a list, its events, tasks).
 
 Each is a token bucket: ``burst`` requests at once, refilled at ``rate_per_second``.
-A request spends one token of its budget or is refused with 429 and Retry-After.
+A request spends one token of its budget or is refused with 429 and Retry-After; a
+request that carries several jobs (a batch) spends one token per job (``cost``), so a
+batch buys no more than the same jobs sent one by one. A cost over the burst is let
+through once the bucket is full and leaves it in debt, so the sustained rate holds.
 
 Every authenticated response says where its budget stands, in the header fields of
 draft-ietf-httpapi-ratelimit-headers-11 (Structured Field lists):
@@ -94,18 +97,24 @@ class TenantBudgets:
             for budget, policy in self.policies.items()
         }
 
-    def take(self, budget: Budget, tenant_id: str, now: float) -> Quota | None:
-        """Spend one request of ``tenant_id``'s ``budget``; None when it is unlimited."""
+    def take(self, budget: Budget, tenant_id: str, now: float, cost: int = 1) -> Quota | None:
+        """Spend ``cost`` requests (1, or a batch's items) of ``tenant_id``'s ``budget``;
+        None when it is unlimited. A cost over the burst passes once the bucket is full
+        and leaves it in debt (core.ratelimit), so a batch is never refused forever."""
+        if cost < 1:
+            raise ValueError("cost must be at least 1")
         policy = self.policies.get(budget)
         if policy is None:
             return None
         bucket = self._limiters[budget].bucket(tenant_id)
-        wait_seconds = bucket.take(now)
+        wait_seconds = bucket.take(now, float(cost))
         if wait_seconds > 0:
             return Quota(policy, False, 0, max(1, math.ceil(wait_seconds)))
         return Quota(policy, True, bucket.remaining, math.ceil(bucket.seconds_until_full))
 
-    async def acquire(self, budget: Budget, tenant_id: str, now: float) -> Quota | None:
+    async def acquire(
+        self, budget: Budget, tenant_id: str, now: float, cost: int = 1
+    ) -> Quota | None:
         """take(), as the API calls it: budgets shared through the database
         (http/rate_lease.py) may have to ask it, these never wait."""
-        return self.take(budget, tenant_id, now)
+        return self.take(budget, tenant_id, now, cost)

@@ -95,6 +95,20 @@ class Submission(_Body):
     correlation_id: str
 
 
+class BatchSubmission(Submission):
+    """One batch item's job: a submission's answer, and whether it was an earlier job."""
+
+    replayed: bool = Field(
+        description="true when this item's idempotency_key named an existing job"
+    )
+
+
+class BatchResults(_Body):
+    """One entry per submitted item, in order: its job, or the problem it got alone."""
+
+    results: list[BatchSubmission | Problem]
+
+
 class JobSummary(_Body):
     job_id: str
     status: JobStatus

@@ -17,8 +17,10 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ferryman.core.errors import IdempotencyKeyMismatchError
+
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Attempt, Event, Job, JobStatus
@@ -30,6 +32,11 @@ class Accepted:
 
     job: Job
     created: bool
+
+
+# One item's outcome in create_many: accepted (new or existing), or refused because its
+# idempotency key already names a different request. Nothing else is per item.
+CreateOutcome = Accepted | IdempotencyKeyMismatchError
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,18 @@ class JobStore(Protocol):
         entry. With a live entry for (tenant, key): the same request_hash returns the
         existing job (created=False); another hash raises IdempotencyKeyMismatchError
         and stores nothing. An expired entry is replaced. None: the entry never expires."""
+        ...
+
+    async def create_many(
+        self, changes: Sequence[Change], *, idempotency_expires_at: float | None
+    ) -> list[CreateOutcome]:
+        """``create`` for many new jobs in ONE transaction: every new job is committed
+        together or none is. Per item, in order: Accepted (created, or the job a live
+        entry for its key already names), or IdempotencyKeyMismatchError (that item
+        stores nothing; the others are unaffected). Two changes with the same (tenant,
+        key) resolve as if created one after the other in order: the first stores the
+        job, a later one with the same request replays it, a later different one is a
+        mismatch. Any other failure fails the whole call, with nothing stored."""
         ...
 
     async def apply(self, change: Change) -> bool:

@@ -35,8 +35,6 @@ from ferryman.ports.provider import FinishReason
 from ferryman.services.limiter import estimate_tokens
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from ferryman.core.clock import Clock
     from ferryman.core.job import Job
     from ferryman.core.lease import LeasePolicy
@@ -161,20 +159,9 @@ class AttemptRunner:
             attempt.released = True
             attempt.interrupt()
 
-    @contextlib.asynccontextmanager
-    async def attending(self, attempt: RunningAttempt) -> AsyncIterator[RunningAttempt]:
+    def attending(self, attempt: RunningAttempt) -> Attending:
         """Heartbeat for the attempt (and watch it for cancels) until the block ends."""
-        self._attended[attempt.job.job_id] = attempt
-        if self._releasing.is_set():
-            attempt.released = True
-        heartbeat = asyncio.create_task(self._heartbeat(attempt))
-        try:
-            yield attempt
-        finally:
-            self._attended.pop(attempt.job.job_id, None)
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+        return Attending(self, attempt)
 
     async def call(self, attempt: RunningAttempt) -> CallResult:
         """Invoke the model for the attempt; interrupted calls leave the result empty."""
@@ -323,25 +310,72 @@ class AttemptRunner:
             return None
         return status
 
-    async def _heartbeat(self, attempt: RunningAttempt) -> None:
-        interval = self._lease.heartbeat_seconds
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await self._releasing.wait()
-            if self._releasing.is_set():
-                attempt.released = True
-                attempt.interrupt()
-                return
-            status = await self._beat(attempt)
-            if status is None:
-                continue  # the store did not answer: the lease has two more beats of slack
-            if not status.held:
-                attempt.lease_lost = True
-                attempt.interrupt()
-                return
-            if status.job is not None:
-                attempt.job = status.job
-            if status.cancel_requested and not attempt.cancel_requested:
-                attempt.cancel_requested = True
-                attempt.interrupt()
+    async def _beat_and_judge(self, attempt: RunningAttempt) -> bool:
+        """One heartbeat; False when the attempt must stop (it was interrupted)."""
+        if self._releasing.is_set():
+            # release_all interrupted it already; nothing more to renew.
+            return False
+        status = await self._beat(attempt)
+        if status is None:
+            return True  # the store did not answer: the lease has two more beats of slack
+        if not status.held:
+            attempt.lease_lost = True
+            attempt.interrupt()
+            return False
+        if status.job is not None:
+            attempt.job = status.job
+        if status.cancel_requested and not attempt.cancel_requested:
+            attempt.cancel_requested = True
+            attempt.interrupt()
+        return True
+
+
+class Attending:
+    """The heartbeat of one attended attempt, as a timer between beats.
+
+    A worker holds thousands of calls at once; between beats each holds only a timer
+    handle here, not a task with its own frame, timeout and waiter (about a kilobyte
+    less per call in flight, docs/benchmarks.md). A beat runs as a short task.
+    """
+
+    __slots__ = ("_attempt", "_beating", "_runner", "_timer")
+
+    def __init__(self, runner: AttemptRunner, attempt: RunningAttempt) -> None:
+        self._runner = runner
+        self._attempt = attempt
+        self._timer: asyncio.TimerHandle | None = None
+        self._beating: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> RunningAttempt:
+        runner, attempt = self._runner, self._attempt
+        runner._attended[attempt.job.job_id] = attempt
+        if runner._releasing.is_set():
+            attempt.released = True
+        self._schedule()
+        return attempt
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._runner._attended.pop(self._attempt.job.job_id, None)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        beating = self._beating
+        if beating is not None:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+
+    def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._runner._lease.heartbeat_seconds, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._beating = asyncio.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        try:
+            if await self._runner._beat_and_judge(self._attempt):
+                self._schedule()
+        finally:
+            self._beating = None

@@ -15,6 +15,7 @@ from ferryman.core.errors import (
     BacklogQuotaExceededError,
     InvalidRequestError,
     PausedError,
+    RequestError,
     StorageQuotaExceededError,
 )
 from ferryman.core.idempotency import canonical_json, request_fingerprint, validate_idempotency_key
@@ -23,8 +24,11 @@ from ferryman.core.job import DispatchState, Job
 from ferryman.observability import metrics
 from ferryman.ports.control import Switch
 from ferryman.ports.queue import QueueMessage
+from ferryman.ports.store import TenantUsage
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
     from ferryman.ports.queue import JobQueue
@@ -58,6 +62,18 @@ class Submission:
     replayed: bool
 
 
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One job of a batch: the request, and its own Idempotency-Key."""
+
+    request: SubmitRequest
+    idempotency_key: str | None = None
+
+
+# Each batch item's outcome: its job, or the refusal a single submit of it would get.
+BatchOutcome = Submission | RequestError
+
+
 class Intake:
     def __init__(
         self,
@@ -85,6 +101,87 @@ class Intake:
     def model_names(self) -> list[str] | None:
         """The models a submission may name; None when any name is taken (no catalog)."""
         return None if self._catalog is None else [a.name for a in self._catalog.aliases()]
+
+    async def submit_many(
+        self,
+        *,
+        tenant_id: str,
+        items: Sequence[BatchItem],
+        correlation_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> list[BatchOutcome]:
+        """Submit each item as ``submit`` would, all accepted jobs in ONE transaction
+        (JobStore.create_many); the outcomes in the items' order.
+
+        An item is refused on its own (bad key, task, input or model; over a quota; its
+        key naming a different request) and never spoils the others. Quotas count the
+        batch's earlier items as if they were already stored. Items sharing a key
+        resolve in order: the first makes the job, a later identical one replays it, a
+        later different one is a mismatch. Paused intake refuses the whole batch."""
+        if Switch.INTAKE in await self._control.paused():
+            raise PausedError(retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS)
+        correlation_id = correlation_id or new_correlation_id()
+        outcomes: list[BatchOutcome | Job] = []
+        for item in items:
+            try:
+                if item.idempotency_key is not None:
+                    validate_idempotency_key(item.idempotency_key)
+                outcomes.append(
+                    self._new_job(
+                        tenant_id, item.request, item.idempotency_key, correlation_id, traceparent
+                    )
+                )
+            except RequestError as exc:
+                outcomes.append(exc)
+        await self._refuse_over_quota(tenant_id, outcomes)
+        return await self._store_batch(tenant_id, outcomes)
+
+    async def _refuse_over_quota(self, tenant_id: str, outcomes: list[BatchOutcome | Job]) -> None:
+        """Replace each job past the tenant's quotas with the quota's refusal."""
+        if not (self._quotas.max_backlog or self._quotas.max_stored_jobs):
+            return
+        usage = await self._store.usage(tenant_id)
+        taken = 0
+        for i, outcome in enumerate(outcomes):
+            if isinstance(outcome, Job):
+                ahead = TenantUsage(usage.unfinished + taken, usage.stored + taken)
+                refusal = self._quota_refusal(ahead)
+                if refusal is None:
+                    taken += 1
+                else:
+                    outcomes[i] = refusal
+
+    async def _store_batch(
+        self, tenant_id: str, outcomes: list[BatchOutcome | Job]
+    ) -> list[BatchOutcome]:
+        jobs = [outcome for outcome in outcomes if isinstance(outcome, Job)]
+        if not jobs:
+            return [o for o in outcomes if not isinstance(o, Job)]
+        now = jobs[0].created_at
+        # Only items with a key store an entry; the others ignore the expiry.
+        expires_at = now + self._retention_seconds
+        stored = iter(
+            await self._store.create_many(jobs, idempotency_expires_at=expires_at, now=now)
+        )
+        tenant = metrics.tenant_label(tenant_id)
+        final: list[BatchOutcome] = []
+        for outcome in outcomes:
+            if not isinstance(outcome, Job):
+                final.append(outcome)
+                continue
+            accepted = next(stored)
+            if isinstance(accepted, RequestError):
+                final.append(accepted)
+            elif not accepted.created:
+                metrics.IDEMPOTENT_REPLAYS.labels(tenant=tenant).inc()
+                final.append(Submission(job=accepted.job, replayed=True))
+            else:
+                metrics.JOBS_ACCEPTED.labels(task=accepted.job.task, tenant=tenant).inc()
+                job = accepted.job
+                if job.dispatch_state is DispatchState.PENDING:
+                    job = await self._dispatch(job)
+                final.append(Submission(job=job, replayed=False))
+        return final
 
     async def submit(
         self,
@@ -158,19 +255,25 @@ class Intake:
         quotas = self._quotas
         if not (quotas.max_backlog or quotas.max_stored_jobs):
             return
-        usage = await self._store.usage(tenant_id)
+        refusal = self._quota_refusal(await self._store.usage(tenant_id))
+        if refusal is not None:
+            raise refusal
+
+    def _quota_refusal(self, usage: TenantUsage) -> RequestError | None:
+        quotas = self._quotas
         if quotas.max_backlog and usage.unfinished >= quotas.max_backlog:
-            raise BacklogQuotaExceededError(
+            return BacklogQuotaExceededError(
                 f"this tenant has {usage.unfinished} unfinished jobs, its limit "
                 f"(FERRYMAN_TENANT_MAX_BACKLOG) is {quotas.max_backlog}; "
                 "submit again when some have finished"
             )
         if quotas.max_stored_jobs and usage.stored >= quotas.max_stored_jobs:
-            raise StorageQuotaExceededError(
+            return StorageQuotaExceededError(
                 f"this tenant has {usage.stored} stored jobs, its limit "
                 f"(FERRYMAN_TENANT_MAX_STORED_JOBS) is {quotas.max_stored_jobs}; "
                 "old jobs are removed by `ferryman purge` or FERRYMAN_RETENTION_SECONDS"
             )
+        return None
 
     def _check_model(self, model: str) -> None:
         """An unknown model is bad input: refuse it now rather than fail it on a worker."""

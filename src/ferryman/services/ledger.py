@@ -24,7 +24,7 @@ from ferryman.core.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Sequence
 
     from ferryman.core.changes import Change
     from ferryman.core.job import (
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
     from ferryman.ports.store import (
         Accepted,
+        CreateOutcome,
         JobPage,
         JobStore,
         TenantUsage,
@@ -125,6 +126,14 @@ class JobLedger:
     ) -> Accepted:
         change = changes.accept(job, now=now, dispatched=self._store.enqueues_with_job)
         return await self._store.create(change, idempotency_expires_at=idempotency_expires_at)
+
+    async def create_many(
+        self, jobs: Sequence[Job], *, idempotency_expires_at: float | None, now: float
+    ) -> list[CreateOutcome]:
+        """New jobs in one transaction (JobStore.create_many), their outcomes in order."""
+        dispatched = self._store.enqueues_with_job
+        batch = [changes.accept(job, now=now, dispatched=dispatched) for job in jobs]
+        return await self._store.create_many(batch, idempotency_expires_at=idempotency_expires_at)
 
     async def mark_dispatched(self, job_id: str, *, now: float, redispatch: bool = False) -> None:
         """Its message was (re)sent now. A job gone meanwhile needs nothing."""

@@ -125,7 +125,7 @@ class Worker:
             control=control,
             tasks=tasks,
         )
-        self._running: set[asyncio.Task[Verdict]] = set()
+        self._running: dict[asyncio.Task[Verdict], str] = {}
         self._slot_freed = asyncio.Event()
 
     @property
@@ -217,12 +217,13 @@ class Worker:
         tenant = delivery.message.tenant_id
         self._tenant_in_flight[tenant] += 1
         task = asyncio.create_task(self._guarded(delivery))
-        self._running.add(task)
+        # The tenant rides with the task in _running rather than in a closure per call.
+        self._running[task] = tenant
         metrics.IN_FLIGHT.inc()
-        task.add_done_callback(lambda done: self._finished(done, tenant))
+        task.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Task[Verdict], tenant: str) -> None:
-        self._running.discard(task)
+    def _finished(self, task: asyncio.Task[Verdict]) -> None:
+        tenant = self._running.pop(task)
         self._tenant_in_flight[tenant] -= 1
         if self._tenant_in_flight[tenant] <= 0:
             del self._tenant_in_flight[tenant]

@@ -14,7 +14,7 @@ from ferryman.core.errors import (
 )
 from ferryman.core.job import DispatchState, EventKind, JobStatus
 from ferryman.ports.control import Switch
-from ferryman.services.intake import SubmitRequest
+from ferryman.services.intake import BatchItem, Submission, SubmitRequest
 
 
 async def _nothing_stored(world) -> None:
@@ -142,3 +142,45 @@ async def test_outbox_path_sends_then_marks_dispatched(make_world) -> None:
     assert stored.dispatch_state is DispatchState.DISPATCHED
     deliveries = await world.queue.receive(max_messages=10, visibility_timeout_seconds=30)
     assert [d.message.job_id for d in deliveries] == [job.job_id]
+
+
+@pytest.mark.parametrize("outbox", [False, True])
+async def test_a_batch_stores_and_dispatches_each_good_item_and_refuses_the_rest(
+    make_world, outbox: bool
+) -> None:
+    world = make_world(outbox=outbox)
+    items = [
+        BatchItem(SubmitRequest("generate", {"prompt": "one"}), idempotency_key="k1"),
+        BatchItem(SubmitRequest("generate", {"prompt": "two"}), idempotency_key="bad\x01key"),
+        BatchItem(SubmitRequest("generate", {"prompt": "x"}, model="no-such-model")),
+        BatchItem(SubmitRequest("generate", {"prompt": "one"}), idempotency_key="k1"),
+        BatchItem(SubmitRequest("generate", {"prompt": "three"})),
+    ]
+
+    one, bad_key, bad_model, replay, three = await world.intake.submit_many(
+        tenant_id="t1", items=items, correlation_id="cor-batch"
+    )
+
+    assert isinstance(one, Submission)
+    assert not one.replayed
+    assert isinstance(bad_key, InvalidIdempotencyKeyError)
+    assert isinstance(bad_model, InvalidRequestError)
+    assert isinstance(replay, Submission)
+    assert replay.replayed
+    assert replay.job.job_id == one.job.job_id
+    assert isinstance(three, Submission)
+    # The outbox path dispatches each new job, as a single submit does.
+    for job in (one.job, three.job):
+        assert job.dispatch_state is DispatchState.DISPATCHED
+        assert job.correlation_id == "cor-batch"
+    assert (await world.queue.stats()).visible == 2
+
+
+async def test_a_paused_intake_refuses_a_batch_and_stores_nothing(make_world) -> None:
+    world = make_world()
+    await world.operations.set_paused(Switch.INTAKE, True, actor="ops")
+    with pytest.raises(PausedError):
+        await world.intake.submit_many(
+            tenant_id="t1", items=[BatchItem(SubmitRequest("generate", {"prompt": "a"}))]
+        )
+    await _nothing_stored(world)

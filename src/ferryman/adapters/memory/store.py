@@ -24,12 +24,12 @@ from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, TenantUsage, UsageGroup, UsageRow
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.queue import JobQueue
-    from ferryman.ports.store import JobPage
+    from ferryman.ports.store import CreateOutcome, JobPage
 
 
 class InMemoryJobStore:
@@ -49,30 +49,52 @@ class InMemoryJobStore:
     # --- writes ---------------------------------------------------------------
 
     async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
-        job = change.after
         async with self._lock:
-            existing = self._live_entry(job, change.at)
-            if existing is not None:
-                if existing.request_hash != job.request_hash:
-                    raise IdempotencyKeyMismatchError()
-                return Accepted(job=self._jobs[existing.job_id], created=False)
-            if job.job_id in self._jobs:
-                raise StateConflictError("a job with this id already exists")
-            if job.idempotency_key is not None:
-                self._keys[(job.tenant_id, job.idempotency_key)] = IdempotencyEntry(
-                    tenant_id=job.tenant_id,
-                    key=job.idempotency_key,
-                    job_id=job.job_id,
-                    request_hash=job.request_hash,
-                    expires_at=math.inf
-                    if idempotency_expires_at is None
-                    else idempotency_expires_at,
-                )
-            stored = dataclasses.replace(
-                job, input=copy.deepcopy(job.input), metadata=copy.deepcopy(job.metadata)
+            self._check_new(change)
+            return await self._create(change, idempotency_expires_at)
+
+    async def create_many(
+        self, changes: Sequence[Change], *, idempotency_expires_at: float | None
+    ) -> list[CreateOutcome]:
+        async with self._lock:
+            # Checked before anything is written, so a refused batch leaves nothing.
+            ids = [change.job_id for change in changes]
+            if len(set(ids)) != len(ids):
+                raise StateConflictError("two jobs of the batch have the same id")
+            for change in changes:
+                self._check_new(change)
+            outcomes: list[CreateOutcome] = []
+            for change in changes:
+                try:
+                    outcomes.append(await self._create(change, idempotency_expires_at))
+                except IdempotencyKeyMismatchError as exc:
+                    outcomes.append(exc)
+            return outcomes
+
+    def _check_new(self, change: Change) -> None:
+        if change.job_id in self._jobs:
+            raise StateConflictError("a job with this id already exists")
+
+    async def _create(self, change: Change, idempotency_expires_at: float | None) -> Accepted:
+        job = change.after
+        existing = self._live_entry(job, change.at)
+        if existing is not None:
+            if existing.request_hash != job.request_hash:
+                raise IdempotencyKeyMismatchError()
+            return Accepted(job=self._jobs[existing.job_id], created=False)
+        if job.idempotency_key is not None:
+            self._keys[(job.tenant_id, job.idempotency_key)] = IdempotencyEntry(
+                tenant_id=job.tenant_id,
+                key=job.idempotency_key,
+                job_id=job.job_id,
+                request_hash=job.request_hash,
+                expires_at=math.inf if idempotency_expires_at is None else idempotency_expires_at,
             )
-            await self._write(dataclasses.replace(change, after=stored))
-            return Accepted(job=stored, created=True)
+        stored = dataclasses.replace(
+            job, input=copy.deepcopy(job.input), metadata=copy.deepcopy(job.metadata)
+        )
+        await self._write(dataclasses.replace(change, after=stored))
+        return Accepted(job=stored, created=True)
 
     def _live_entry(self, job: Job, now: float) -> IdempotencyEntry | None:
         if job.idempotency_key is None:

@@ -18,9 +18,11 @@ from ferryman.adapters.postgres.rows import dump_json, job_from_row, job_params,
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage
-from ferryman.ports.store import Accepted
+from ferryman.ports.store import Accepted, CreateOutcome
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import psycopg
 
     from ferryman.core.changes import Change
@@ -46,6 +48,38 @@ async def create(
         raise StateConflictError("a job with this id already exists")
     await _write_consequences(conn, change, stored=1)
     return Accepted(job=job, created=True)
+
+
+async def create_many(
+    conn: psycopg.AsyncConnection[Any],
+    changes: Sequence[Change],
+    *,
+    idempotency_expires_at: float | None,
+) -> list[CreateOutcome]:
+    """``create`` for each change, all in the caller's transaction. A key mismatch is
+    found by a plain read before its item writes anything, so it is that item's
+    outcome and the transaction goes on; any other error rolls the whole batch back.
+
+    Keys are claimed in (tenant, key) order, whatever the items' order: two batches
+    that share keys then wait for each other instead of deadlocking. Items with the
+    same key keep their own order among themselves (a stable sort)."""
+    order = sorted(
+        range(len(changes)),
+        key=lambda i: (
+            changes[i].after.idempotency_key is None,
+            changes[i].after.tenant_id,
+            changes[i].after.idempotency_key or "",
+        ),
+    )
+    outcomes: dict[int, CreateOutcome] = {}
+    for i in order:
+        try:
+            outcomes[i] = await create(
+                conn, changes[i], idempotency_expires_at=idempotency_expires_at
+            )
+        except IdempotencyKeyMismatchError as exc:
+            outcomes[i] = exc
+    return [outcomes[i] for i in range(len(changes))]
 
 
 async def _claim_key(

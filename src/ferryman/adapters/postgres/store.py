@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 from ferryman.adapters.postgres import jobops
 from ferryman.adapters.postgres.rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.postgres.sql import JOBS
-from ferryman.ports.store import JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
 
     from ferryman.adapters.postgres.database import PostgresDatabase
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job, JobStatus
-    from ferryman.ports.store import Accepted, UsageGroup
+    from ferryman.ports.store import CreateOutcome, UsageGroup
 
 # Above every job_id ("gen_" + ULID, ASCII) in byte order: the first page's bound.
 _FIRST_PAGE = "\U0010ffff"
@@ -43,6 +43,19 @@ class PostgresJobStore:
         if accepted.created and change.enqueue:
             self._db.wakeup.notify()
         return accepted
+
+    async def create_many(
+        self, changes: Sequence[Change], *, idempotency_expires_at: float | None
+    ) -> list[CreateOutcome]:
+        async with self._db.transaction() as conn:
+            outcomes = await jobops.create_many(
+                conn, changes, idempotency_expires_at=idempotency_expires_at
+            )
+        if any(isinstance(o, Accepted) and o.created for o in outcomes) and any(
+            change.enqueue for change in changes
+        ):
+            self._db.wakeup.notify()
+        return outcomes
 
     async def apply(self, change: Change) -> bool:
         async with self._db.transaction() as conn:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ferryman.adapters.sqlite.migrations import migrate
+from ferryman.adapters.sqlite.peers import PeerWakeups
+from ferryman.adapters.sqlite.peers import directory_for as peers_directory
 from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors
 from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import StoreUnavailableError
@@ -57,8 +59,10 @@ class SqliteDatabase:
         self._reads = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="ferryman-sqlite-read"
         )
-        # Queue consumers of this process wait on it; senders of this process nudge it.
-        self.wakeup = Wakeup()
+        # Queue consumers wait on it; senders nudge it, and through the socket directory
+        # beside the file, the consumers of other processes (adapters/sqlite/peers.py).
+        in_memory = str(path) == ":memory:"
+        self.wakeup = Wakeup(None if in_memory else PeerWakeups(peers_directory(path)))
         self._closed = False
 
     @classmethod
@@ -119,6 +123,7 @@ class SqliteDatabase:
         if self._closed:
             return
         self._closed = True
+        self.wakeup.close()
         await asyncio.to_thread(self._writer.close)
         await asyncio.to_thread(self._reads.shutdown, wait=True)
         self._writer_conn.close()

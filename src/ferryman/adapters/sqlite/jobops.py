@@ -15,10 +15,11 @@ from ferryman.adapters.sqlite.rows import dump_json, job_from_row, job_params, r
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage
-from ferryman.ports.store import Accepted
+from ferryman.ports.store import Accepted, CreateOutcome
 
 if TYPE_CHECKING:
     import sqlite3
+    from collections.abc import Sequence
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Job
@@ -54,6 +55,21 @@ def create(
         )
     _write_consequences(conn, change, stored=1)
     return Accepted(job=job, created=True)
+
+
+def create_many(
+    conn: sqlite3.Connection, changes: Sequence[Change], *, idempotency_expires_at: float | None
+) -> list[CreateOutcome]:
+    """``create`` for each change in order, all in the caller's transaction. A key
+    mismatch is found before its item writes anything, so it is that item's outcome;
+    any other error leaves the op, and the writer's savepoint undoes the whole batch."""
+    outcomes: list[CreateOutcome] = []
+    for change in changes:
+        try:
+            outcomes.append(create(conn, change, idempotency_expires_at=idempotency_expires_at))
+        except IdempotencyKeyMismatchError as exc:
+            outcomes.append(exc)
+    return outcomes
 
 
 def _live_duplicate(conn: sqlite3.Connection, job: Job, *, now: float) -> Job | None:

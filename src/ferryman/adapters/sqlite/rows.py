@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ferryman.core.errors import FailureClass
 from ferryman.core.job import (
     Attempt,
@@ -20,6 +22,16 @@ from ferryman.core.job import (
 
 if TYPE_CHECKING:
     import sqlite3
+
+
+def load_json(text: str) -> Any:
+    """orjson where it can (faster, and its cached keys make a job in memory smaller: a
+    worker holds thousands); the standard parser for what only it reads (NaN, integers
+    over 64 bits, which older rows may hold)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def dump_json(value: Any) -> str:
@@ -85,13 +97,13 @@ def job_from_row(row: sqlite3.Row) -> Job:
         job_id=row["job_id"],
         task=row["task"],
         model=row["model"],
-        input=json.loads(row["input"]),
+        input=load_json(row["input"]),
         request_hash=row["request_hash"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         correlation_id=row["correlation_id"],
         idempotency_key=row["idempotency_key"],
-        metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
+        metadata=None if row["metadata"] is None else load_json(row["metadata"]),
         payload_version=row["payload_version"],
         status=JobStatus(row["status"]),
         dispatch_state=DispatchState(row["dispatch_state"]),

@@ -10,17 +10,17 @@ from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import StoreUnavailableError
-from ferryman.ports.store import JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
 
     from ferryman.adapters.sqlite.database import SqliteDatabase
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job, JobStatus
-    from ferryman.ports.store import Accepted, UsageGroup
+    from ferryman.ports.store import CreateOutcome, UsageGroup
 
 # A write refused this recently still makes the store not ready, even if the probe's
 # own small write got through (a nearly full disk takes some writes and not others).
@@ -48,6 +48,22 @@ class SqliteJobStore:
         if accepted.created and change.enqueue:
             self._db.wakeup.notify()
         return accepted
+
+    async def create_many(
+        self, changes: Sequence[Change], *, idempotency_expires_at: float | None
+    ) -> list[CreateOutcome]:
+        # One op of the group-commit writer: one savepoint, so the batch commits whole
+        # or not at all, and shares its fsync with whatever else is being written.
+        outcomes = await self._db.write(
+            partial(
+                jobops.create_many, changes=changes, idempotency_expires_at=idempotency_expires_at
+            )
+        )
+        if any(isinstance(o, Accepted) and o.created for o in outcomes) and any(
+            change.enqueue for change in changes
+        ):
+            self._db.wakeup.notify()
+        return outcomes
 
     async def apply(self, change: Change) -> bool:
         applied = await self._db.write(partial(jobops.apply, change=change))

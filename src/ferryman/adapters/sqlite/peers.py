@@ -1,0 +1,157 @@
+"""Wake-ups between processes sharing one SQLite file, over unix datagram sockets.
+
+SQLite tells nobody that a row was written. Without help, a worker in another process
+learns of a new job only when its poll comes round (every 50 ms). Each process that
+waits for work binds a datagram socket in a directory next to the database
+(``<file>-wake/<pid>-<random>.sock``); a process that makes work visible sends one byte
+to every socket there. A byte is a hint, never the work itself: the receiver reads the
+table as it would after a poll, so a lost, late or extra byte changes nothing but
+latency, and the poll stays as the fallback (a full socket buffer, a peer that started
+after the sender last looked, a directory that cannot be made).
+
+A peer that died leaves its socket file behind; the first send to it is refused
+(ECONNREFUSED) and the file is removed. The directory is listed again at most every
+``refresh_seconds``, so a sender does not pay a directory listing per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import secrets
+import socket
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+SUFFIX = ".sock"
+DIRECTORY_MODE = 0o700
+# sun_path holds 108 bytes on Linux (104 on macOS), the final NUL included.
+MAX_SOCKET_PATH_BYTES = 100
+DEFAULT_REFRESH_SECONDS = 0.5
+_GONE = (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK)
+
+
+def directory_for(database: Path) -> Path:
+    """Where the processes sharing ``database`` meet."""
+    return database.with_name(database.name + "-wake")
+
+
+class PeerWakeups:
+    """Send and receive one-byte wake-ups among the processes of one database file."""
+
+    def __init__(
+        self, directory: Path, *, refresh_seconds: float = DEFAULT_REFRESH_SECONDS
+    ) -> None:
+        self.directory = directory
+        self._refresh_seconds = refresh_seconds
+        self._peers: list[str] = []
+        self._listed_at = float("-inf")
+        self._sender: socket.socket | None = None
+        self._listener: socket.socket | None = None
+        self._own: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Why wake-ups between processes are off here (the poll alone), or None.
+        self.off_reason: str | None = None
+        self.sent = 0
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None
+
+    def listen(self, on_wake: Callable[[], None]) -> bool:
+        """Bind this process's socket and call ``on_wake`` on the running loop whenever
+        bytes arrive. False (and the poll alone) when it cannot be done here."""
+        if self._listener is not None or self.off_reason is not None:
+            return self._listener is not None
+        path = self.directory / f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            self._give_up("the database path is too long for a unix socket")
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self.directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+            sock.bind(str(path))
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            loop.add_reader(sock.fileno(), self._drain, sock, on_wake)
+        except (OSError, NotImplementedError) as exc:
+            sock.close()
+            self._give_up(type(exc).__name__)
+            return False
+        self._listener, self._own, self._loop = sock, str(path), loop
+        return True
+
+    def broadcast(self) -> None:
+        """One byte to every other process listening; never raises, never blocks."""
+        peers = self._current_peers()
+        if not peers:
+            return
+        sender = self._sender
+        if sender is None:
+            sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sender.setblocking(False)
+        for peer in peers:
+            try:
+                sender.sendto(b"\x01", peer)
+                self.sent += 1
+            except BlockingIOError:
+                pass  # its buffer is full of wake-ups already: it will wake
+            except OSError as exc:
+                if exc.errno in _GONE:
+                    self._forget(peer)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+        if self._own is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._own)
+            self._own = None
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+
+    def _current_peers(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._listed_at >= self._refresh_seconds:
+            self._listed_at = now
+            try:
+                with os.scandir(self.directory) as entries:
+                    names = [e.path for e in entries if e.name.endswith(SUFFIX)]
+            except OSError:
+                names = []
+            self._peers = [p for p in names if p != self._own]
+        return self._peers
+
+    def _forget(self, peer: str) -> None:
+        self._peers = [p for p in self._peers if p != peer]
+        with contextlib.suppress(OSError):
+            os.unlink(peer)
+
+    def _give_up(self, reason: str) -> None:
+        self.off_reason = reason
+
+    @staticmethod
+    def _drain(sock: socket.socket, on_wake: Callable[[], None]) -> None:
+        # Every byte waiting is one wake-up: however many came, wake once.
+        woke = False
+        while True:
+            try:
+                sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            woke = True
+        if woke:
+            on_wake()

@@ -1,0 +1,125 @@
+"""Wake-ups between processes sharing one SQLite file (adapters/sqlite/peers.py).
+
+Two SqliteDatabase objects over one file stand for two processes: each has its own
+in-process Wakeup, so only the socket directory beside the file connects them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue
+from ferryman.adapters.sqlite.peers import MAX_SOCKET_PATH_BYTES, directory_for
+from ferryman.core.clock import SystemClock
+from ferryman.core.ids import new_job_id
+from ferryman.ports.queue import QueueMessage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+# Far longer than any wait below: a receive that returns in time was woken, not polled.
+POLL_SECONDS = 30.0
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # pytest's tmp_path can be longer than a unix socket path may be.
+    path = Path(tempfile.mkdtemp(prefix="fm-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def two_processes(short_dir: Path) -> AsyncIterator[tuple[SqliteDatabase, SqliteDatabase]]:
+    first = await SqliteDatabase.open(short_dir / "f.db")
+    second = await SqliteDatabase.open(short_dir / "f.db")
+    yield first, second
+    await first.close()
+    await second.close()
+
+
+def _queue(db: SqliteDatabase) -> SqliteJobQueue:
+    return SqliteJobQueue(db, clock=SystemClock(), poll_interval_seconds=POLL_SECONDS)
+
+
+async def _receive(queue: SqliteJobQueue, wait_seconds: float) -> int:
+    got = await queue.receive(
+        max_messages=1, visibility_timeout_seconds=30, wait_seconds=wait_seconds
+    )
+    return len(got)
+
+
+async def test_a_send_in_one_process_wakes_a_receive_waiting_in_another(
+    two_processes: tuple[SqliteDatabase, SqliteDatabase],
+) -> None:
+    api, worker = two_processes
+    waiting = asyncio.create_task(_receive(_queue(worker), wait_seconds=POLL_SECONDS))
+    await asyncio.sleep(0.2)  # the receive found nothing and listens
+    began = time.monotonic()
+
+    await _queue(api).send(QueueMessage(job_id=new_job_id(), tenant_id="t1"))
+    received = await asyncio.wait_for(waiting, timeout=10)
+
+    assert received == 1
+    assert time.monotonic() - began < 5  # woken, not left to its 30 s poll
+    assert api.wakeup._peers is not None
+    assert api.wakeup._peers.sent >= 1
+
+
+async def test_a_dead_peers_socket_is_removed_and_the_send_still_succeeds(
+    two_processes: tuple[SqliteDatabase, SqliteDatabase],
+) -> None:
+    api, worker = two_processes
+    directory = directory_for(api.path)
+    directory.mkdir(exist_ok=True)
+    dead = directory / "999999-dead.sock"
+    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    leftover.bind(str(dead))
+    leftover.close()  # a peer killed with kill -9 leaves its file behind
+    waiting = asyncio.create_task(_receive(_queue(worker), wait_seconds=POLL_SECONDS))
+    await asyncio.sleep(0.2)
+
+    await _queue(api).send(QueueMessage(job_id=new_job_id(), tenant_id="t1"))
+
+    assert await asyncio.wait_for(waiting, timeout=10) == 1
+    assert not dead.exists()
+
+
+async def test_without_a_usable_socket_path_the_poll_still_finds_the_work(
+    short_dir: Path,
+) -> None:
+    deep = short_dir / ("d" * (MAX_SOCKET_PATH_BYTES - len(str(short_dir))))
+    deep.mkdir()
+    api = await SqliteDatabase.open(deep / "f.db")
+    worker = await SqliteDatabase.open(deep / "f.db")
+    try:
+        polled = SqliteJobQueue(worker, clock=SystemClock(), poll_interval_seconds=0.05)
+        waiting = asyncio.create_task(_receive(polled, wait_seconds=POLL_SECONDS))
+        await asyncio.sleep(0.2)
+        await _queue(api).send(QueueMessage(job_id=new_job_id(), tenant_id="t1"))
+
+        assert await asyncio.wait_for(waiting, timeout=10) == 1
+        assert worker.wakeup._peers is not None
+        assert worker.wakeup._peers.off_reason is not None
+    finally:
+        await api.close()
+        await worker.close()
+
+
+async def test_closing_removes_this_processes_socket(short_dir: Path) -> None:
+    db = await SqliteDatabase.open(short_dir / "f.db")
+    await _receive(_queue(db), wait_seconds=0.5)  # waits once: listens
+    directory = directory_for(db.path)
+    assert [p.suffix for p in directory.iterdir()] == [".sock"]
+
+    await db.close()
+
+    assert list(directory.iterdir()) == []
