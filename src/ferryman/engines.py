@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
     from ferryman.ports.keys import ApiKeyStore
+    from ferryman.ports.limits import SharedLimits
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
     from ferryman.ports.store import JobStore
@@ -76,6 +77,9 @@ class Engine:
     control: ControlStore
     # Results kept in the database itself (FERRYMAN_RESULTS_URL=db).
     results: ResultStore
+    # Limits every process shares (per-tenant API budgets); None when each process
+    # keeps its own, as on SQLite (one `serve` process) and in memory.
+    limits: SharedLimits | None = None
 
 
 def engine_name(url: str) -> str:
@@ -283,6 +287,7 @@ async def _open_postgres(url: str, clock: Clock, options: EngineOptions) -> Asyn
         PostgresJobQueue,
         PostgresJobStore,
         PostgresResultStore,
+        PostgresSharedLimits,
     )
 
     # A missing database is created when allowed (and the role may); its schema is
@@ -303,6 +308,7 @@ async def _open_postgres(url: str, clock: Clock, options: EngineOptions) -> Asyn
             keys=PostgresApiKeyStore(db),
             control=PostgresControlStore(db),
             results=PostgresResultStore(db),
+            limits=PostgresSharedLimits(db),
         )
     finally:
         await db.close()

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
     from ferryman.ports.keys import ApiKeyStore
+    from ferryman.ports.limits import SharedLimits
     from ferryman.ports.provider import ModelProvider
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
@@ -147,6 +148,8 @@ class Runtime:
     database_path: str
     results_location: str
     catalog: ModelCatalog
+    # Per-tenant API budgets shared by every process (PostgreSQL); None: per process.
+    shared_limits: SharedLimits | None = None
 
     async def prepare_storage(self) -> None:
         """Make the results directory (owner-only) if there is none, so a process that
@@ -178,6 +181,7 @@ class Runtime:
             tenant_max_share=s.tenant_max_share,
             cancel_check_seconds=s.cancel_check_seconds,
             budgets=call_budgets(s),
+            shared_limits=self.shared_limits,
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
@@ -400,6 +404,7 @@ def _build(settings: Settings, engine: Engine, clock: Clock) -> Runtime:
         usage=UsageReports(store=store, clock=clock),
         database_path=engine.location,
         results_location=results_location,
+        shared_limits=engine.limits,
     )
 
 

@@ -415,3 +415,37 @@ def job_factory(clock: FakeClock) -> Callable[..., Job]:
         return Job(**fields)
 
     return make
+
+
+@pytest.fixture
+def worker_process() -> Iterator[Callable[..., Any]]:
+    """Factory: ``worker_process(url, **env)`` starts ``ferryman worker`` on the database
+    as its own OS process (results in the database, no sweeper); all are stopped after
+    the test. Extra FERRYMAN_* settings come as keyword arguments."""
+    import subprocess
+    import sys
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(url: str, **settings: str) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "FERRYMAN_DATABASE_URL": url,
+            "FERRYMAN_RESULTS_URL": "db",
+            "FERRYMAN_POSTGRES_POOL_MAX_SIZE": "3",
+            **{f"FERRYMAN_{name.upper()}": value for name, value in settings.items()},
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ferryman", "worker", "--no-sweeper"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.terminate()
+    for process in started:
+        process.wait(timeout=30)

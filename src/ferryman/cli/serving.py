@@ -66,6 +66,7 @@ def app_deps(runtime: Runtime) -> AppDeps:
         tenant_read_rate_per_second=s.tenant_read_rate_per_second,
         tenant_read_burst=s.tenant_read_burst,
         tasks=runtime.tasks,
+        shared_limits=runtime.shared_limits,
     )
 
 

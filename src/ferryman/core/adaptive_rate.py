@@ -113,6 +113,14 @@ class AdaptiveRate:
         )
         self._raised_at = now
 
+    def adopt(self, rate: float, now: float) -> None:
+        """Take a rate decided elsewhere (this process's share of the rate every worker
+        process learned together); it grows from now as a rate learned here would."""
+        self.rate = max(self.minimum, rate)
+        if self.ceiling is None:
+            self.ceiling = self.rate
+        self._raised_at = now
+
     def _forget_before(self, cutoff: float) -> None:
         for times in (self._admitted, self._throttled):
             while times and times[0] < cutoff:

@@ -66,3 +66,10 @@ class AimdWindow:
         self.slow_start = False
         self.epoch += 1
         return True
+
+    def adopt(self, limit: float) -> None:
+        """Take a window decided elsewhere (this process's share of the window every
+        worker process learned together), within this window's bounds."""
+        self.limit = min(self.maximum, max(self.minimum, limit))
+        if self.limit >= self.maximum:
+            self.slow_start = False

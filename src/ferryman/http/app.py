@@ -31,6 +31,7 @@ from ferryman.http.batch_bodies import BATCH_PATH
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
 from ferryman.http.openapi import install_openapi
+from ferryman.http.rate_lease import LeasedBudgets
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
 from ferryman.http.routes import admin, admin_jobs, batch, health, jobs, keys, tasks, usage
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ferryman.core.clock import Clock
+    from ferryman.ports.limits import SharedLimits
     from ferryman.services.access import ApiKeys
     from ferryman.services.intake import Intake
     from ferryman.services.jobs import JobQueries
@@ -75,6 +77,9 @@ class AppDeps:
     # The registry intake validates against: GET /v1/tasks lists it and the OpenAPI
     # document describes each task's body. None leaves both out.
     tasks: TaskRegistry | None = None
+    # Where the per-tenant budgets live when many API processes must share them (the
+    # engine's, on PostgreSQL); None keeps them in this process (http/rate_limit.py).
+    shared_limits: SharedLimits | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1 or self.max_batch_body_bytes < 1:
@@ -121,7 +126,11 @@ def create_app(deps: AppDeps) -> FastAPI:
         ],
     )
     app.state.deps = deps
-    app.state.budgets = TenantBudgets(deps.budget_policies())
+    app.state.budgets = (
+        TenantBudgets(deps.budget_policies())
+        if deps.shared_limits is None
+        else LeasedBudgets(deps.budget_policies(), deps.shared_limits)
+    )
     install_error_handlers(app)
     app.include_router(batch.router)
     app.include_router(jobs.router)

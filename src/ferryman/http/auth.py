@@ -22,6 +22,7 @@ from ferryman.services.access import Principal
 
 if TYPE_CHECKING:
     from ferryman.http.app import AppDeps
+    from ferryman.http.rate_lease import LeasedBudgets
     from ferryman.http.rate_limit import TenantBudgets
 
 # Longer than any key we issue; refused before it is hashed.
@@ -46,7 +47,7 @@ def app_deps(request: Request) -> AppDeps:
 
 async def authenticated(request: Request, _scheme: Credentials) -> Principal:
     principal = await _identify(request)
-    spend(request, principal, cost=1)
+    await spend(request, principal, cost=1)
     # Here rather than before: an anonymous caller learns nothing about validation.
     refuse_repeated_query(request)
     return principal
@@ -66,11 +67,12 @@ async def _identify(request: Request) -> Principal:
     return principal
 
 
-def spend(request: Request, principal: Principal, *, cost: int) -> None:
-    """Spend ``cost`` requests of the caller's budget; 429 when it is used up."""
-    budgets: TenantBudgets = request.app.state.budgets
+async def spend(request: Request, principal: Principal, *, cost: int) -> None:
+    """Spend ``cost`` requests of the caller's budget; 429 when it is used up. Budgets
+    shared through the database (http/rate_lease.py) may have to ask it."""
+    budgets: TenantBudgets | LeasedBudgets = request.app.state.budgets
     now = app_deps(request).clock.now()
-    quota = budgets.take(Budget.for_method(request.method), principal.tenant_id, now, cost)
+    quota = await budgets.acquire(Budget.for_method(request.method), principal.tenant_id, now, cost)
     if quota is not None:
         request_info(request).response_headers.extend(quota.headers())
         if not quota.allowed:

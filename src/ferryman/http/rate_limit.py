@@ -111,3 +111,10 @@ class TenantBudgets:
         if wait_seconds > 0:
             return Quota(policy, False, 0, max(1, math.ceil(wait_seconds)))
         return Quota(policy, True, bucket.remaining, math.ceil(bucket.seconds_until_full))
+
+    async def acquire(
+        self, budget: Budget, tenant_id: str, now: float, cost: int = 1
+    ) -> Quota | None:
+        """take(), as the API calls it: budgets shared through the database
+        (http/rate_lease.py) may have to ask it, these never wait."""
+        return self.take(budget, tenant_id, now, cost)

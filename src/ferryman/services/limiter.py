@@ -10,6 +10,11 @@ and, when the provider has them, requests-per-minute and tokens-per-minute budge
 and for its budgets before it is made, so a backlog shows up as queue depth, not as
 a wall of 429s that each burn an attempt. A throttle a client's script made up (the
 sim's) never narrows the window: it says nothing about the provider.
+
+When the engine shares limits between processes (PostgreSQL), the window, the learned
+rate and the per-minute budgets are the whole cluster's, and this process paces
+itself at its share of them (services/provider_share.py); otherwise they are this
+process's own.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from ferryman.core.adaptive_rate import AdaptiveRate
 from ferryman.core.aimd import AimdWindow
 from ferryman.core.ratelimit import TokenBucket
 from ferryman.observability import metrics
+from ferryman.services.provider_share import PerMinute, ProviderShareSync
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
+
+    from ferryman.ports.limits import SharedLimits
 
 SECONDS_PER_MINUTE = 60.0
 # Where a real provider's window opens, unless its configuration says otherwise.
@@ -46,7 +54,8 @@ _MAX_BUDGET_WAITS = 1000
 
 @dataclass(frozen=True, slots=True)
 class CallBudget:
-    """``[providers.NAME]``'s limits, for each of its models, per worker process."""
+    """``[providers.NAME]``'s limits, for each of its models: per worker process, or for
+    all worker processes together when the engine shares them (PostgreSQL)."""
 
     max_concurrency: int = 64
     requests_per_minute: float | None = None
@@ -65,10 +74,20 @@ class Admission:
     # How many times the window had filled up before this call went out.
     fills: int
     started_at: float
+    # The cluster epoch it was admitted under (limits shared between processes).
+    cluster_epoch: int = 0
 
 
 class CallLimiter:
-    def __init__(self, budget: CallBudget, *, provider: str, model: str) -> None:
+    def __init__(
+        self,
+        budget: CallBudget,
+        *,
+        provider: str,
+        model: str,
+        shared: SharedLimits | None = None,
+        member: str = "",
+    ) -> None:
         maximum = max(1, budget.max_concurrency)
         start = min(maximum, budget.start_concurrency or maximum)
         self.window = AimdWindow(maximum=float(maximum), start=float(start))
@@ -86,6 +105,30 @@ class CallLimiter:
         self._gauge = metrics.PROVIDER_WINDOW.labels(provider=provider, model=model)
         self._gauge.set(self.window.permits)
         self._rate_gauge = metrics.PROVIDER_RATE.labels(provider=provider, model=model)
+        self.share = (
+            None if shared is None else self._share(shared, provider, model, member, budget)
+        )
+
+    def _share(
+        self, shared: SharedLimits, provider: str, model: str, member: str, budget: CallBudget
+    ) -> ProviderShareSync:
+        per_minute = (
+            (self._requests, budget.requests_per_minute),
+            (self._tokens, budget.tokens_per_minute),
+        )
+        return ProviderShareSync(
+            shared,
+            provider=provider,
+            model=model,
+            member=member,
+            window=self.window,
+            learned=self.learned,
+            budgets=tuple(
+                PerMinute(bucket, rate)
+                for bucket, rate in per_minute
+                if bucket is not None and rate is not None
+            ),
+        )
 
     @property
     def active(self) -> int:
@@ -116,6 +159,7 @@ class CallLimiter:
                     reserved_tokens=float(estimated_tokens),
                     fills=fills,
                     started_at=now,
+                    cluster_epoch=0 if self.share is None else self.share.epoch,
                 )
             finally:
                 self._calling -= 1
@@ -147,17 +191,23 @@ class CallLimiter:
             self._hold_until = max(self._hold_until, now + hold)
         if self._tokens is not None and used_tokens is not None:
             self._tokens.adjust(now, used_tokens - admission.reserved_tokens)
+        lowered = narrowed = False
         if throttled:
-            self.learned.on_throttle(now, admission.rate_epoch)
+            lowered = self.learned.on_throttle(now, admission.rate_epoch)
         else:
             self.learned.on_success(now)
             self._note_latency(now - admission.started_at)
         async with self._changed:
             holding_back = self._fills > admission.fills
             if holding_back and throttled:
-                self.window.on_throttle(admission.epoch, floor=self._window_for_rate())
+                narrowed = self.window.on_throttle(admission.epoch, floor=self._window_for_rate())
             elif holding_back:
                 self.window.on_success()
+        if self.share is not None:
+            await self.share.after_call(
+                now, admitted_epoch=admission.cluster_epoch, narrowed=narrowed, lowered=lowered
+            )
+        async with self._changed:
             self._gauge.set(self.window.permits)
             self._rate_gauge.set(self.learned.rate or 0.0)
             self._changed.notify_all()
@@ -194,9 +244,19 @@ class CallLimiter:
 class Limiters:
     """The limiter of every (provider, model) this process calls, made on first use."""
 
-    def __init__(self, budgets: Mapping[str, CallBudget], *, max_concurrency: int) -> None:
+    def __init__(
+        self,
+        budgets: Mapping[str, CallBudget],
+        *,
+        max_concurrency: int,
+        shared: SharedLimits | None = None,
+        member: str = "",
+    ) -> None:
         self._budgets = budgets
         self._max_concurrency = max_concurrency
+        # Where the limits of every worker process are kept together (None: each its own).
+        self._shared = shared
+        self._member = member
         self._limiters: dict[tuple[str, str], CallLimiter] = {}
 
     def get(self, provider: str, model: str) -> CallLimiter:
@@ -211,7 +271,7 @@ class Limiters:
                 start_concurrency=budget.start_concurrency,
             )
             limiter = self._limiters[(provider, model)] = CallLimiter(
-                capped, provider=provider, model=model
+                capped, provider=provider, model=model, shared=self._shared, member=self._member
             )
         return limiter
 

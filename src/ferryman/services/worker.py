@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ferryman.core.retry import RetryPolicy
     from ferryman.failpoints import Failpoints
     from ferryman.ports.control import ControlStore
+    from ferryman.ports.limits import SharedLimits
     from ferryman.ports.queue import Delivery, JobQueue
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
@@ -74,6 +75,7 @@ class Worker:
         tenant_max_share: float = 1.0,
         cancel_check_seconds: float = 0.5,
         budgets: Mapping[str, CallBudget] | None = None,
+        shared_limits: SharedLimits | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -105,7 +107,9 @@ class Worker:
                 provider_timeout_seconds=provider_timeout_seconds,
                 attempt_timeout_seconds=attempt_timeout_seconds or provider_timeout_seconds * 1.5,
             ),
-            limiters=Limiters(budgets or {}, max_concurrency=concurrency),
+            limiters=Limiters(
+                budgets or {}, max_concurrency=concurrency, shared=shared_limits, member=worker_id
+            ),
         )
         self._handler = DeliveryHandler(
             store=store,

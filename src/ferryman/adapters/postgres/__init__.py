@@ -10,6 +10,7 @@ from __future__ import annotations
 from ferryman.adapters.postgres.control import PostgresControlStore
 from ferryman.adapters.postgres.database import PostgresDatabase
 from ferryman.adapters.postgres.keys import PostgresApiKeyStore
+from ferryman.adapters.postgres.limits import PostgresSharedLimits
 from ferryman.adapters.postgres.queue import PostgresJobQueue
 from ferryman.adapters.postgres.results import PostgresResultStore
 from ferryman.adapters.postgres.store import PostgresJobStore
@@ -21,4 +22,5 @@ __all__ = [
     "PostgresJobQueue",
     "PostgresJobStore",
     "PostgresResultStore",
+    "PostgresSharedLimits",
 ]

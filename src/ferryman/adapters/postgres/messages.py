@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.postgres.database import Row, execute, fetch_all
-from ferryman.adapters.postgres.sql import QUEUE
+from ferryman.adapters.postgres.sql import LIMITS, QUEUE
 from ferryman.core.fairness import fair_pick
 from ferryman.ports.queue import DeadLetterReason, Delivery, QueueMessage
 
@@ -164,13 +164,38 @@ async def _fair_pick(
     waiting: dict[str, list[Row]] = {}
     for row in rows:
         waiting.setdefault(row["tenant_id"], []).append(row)
+    held = await _held_everywhere(conn, waiting, request.now, budget)
     picked = fair_pick(
         waiting,
-        held=(lambda _tenant: 0) if budget is None else budget.held,
+        held=lambda tenant: held.get(tenant, 0),
         waited_since=lambda row: float(row["visible_at"]),
         limit=limit,
     )
     return [row["id"] for row in picked]
+
+
+async def _held_everywhere(
+    conn: psycopg.AsyncConnection[Any],
+    waiting: dict[str, list[Row]],
+    now: float,
+    budget: TenantBudget | None,
+) -> dict[str, int]:
+    """How many deliveries each waiting tenant holds across every worker process.
+
+    Free slots go to the tenant holding fewest (core/fairness.py); with many worker
+    processes that must count what the others hold too, or each process would hand a
+    flooding tenant its "fair" half while the others do the same. Counted in the
+    database only when there is a choice to make (two tenants or more), so a
+    single-tenant load pays nothing for it. This receiver's own count is the floor:
+    it includes deliveries whose messages another receive may already show as due.
+    """
+    local = {} if budget is None else {tenant: budget.held(tenant) for tenant in waiting}
+    if len(waiting) < 2:
+        return local
+    rows = await fetch_all(
+        conn, LIMITS["tenants_in_flight"], {"tenants": list(waiting), "now": now}
+    )
+    return {row["tenant_id"]: max(int(row["held"]), local.get(row["tenant_id"], 0)) for row in rows}
 
 
 async def _tenants_to_look_at(

@@ -9,3 +9,4 @@ SQL_PACKAGE = "ferryman.adapters.postgres"
 JOBS = Queries.load(SQL_PACKAGE, "jobs.sql")
 QUEUE = Queries.load(SQL_PACKAGE, "queue.sql")
 MISC = Queries.load(SQL_PACKAGE, "misc.sql")
+LIMITS = Queries.load(SQL_PACKAGE, "limits.sql")

@@ -43,9 +43,9 @@ async def submit_batch(request: Request, principal: UnmeteredTenant) -> JsonBody
     try:
         items = await read_batch(request, max_item_bytes=deps.max_body_bytes)
     except FerrymanError:
-        spend(request, principal, cost=1)  # a refused body still costs a request
+        await spend(request, principal, cost=1)  # a refused body still costs a request
         raise
-    spend(request, principal, cost=len(items))
+    await spend(request, principal, cost=len(items))
     valid = [item for item in items if isinstance(item, BatchItem)]
     info = request_info(request)
     # Called even when no item is valid, so paused intake is a 503 whatever the items.
