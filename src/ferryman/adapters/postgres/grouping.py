@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     Operation = Callable[[Connection], Awaitable[Any]]
 
 T = TypeVar("T")
-GROUP_MAX_BATCH = 128
+# Each savepoint that writes takes a subtransaction id; past 64 in one transaction the
+# server's per-backend cache overflows and every session's snapshots get slower.
+GROUP_MAX_BATCH = 64
 GROUP_LANES = 1
 
 
