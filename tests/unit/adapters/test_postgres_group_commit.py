@@ -148,3 +148,21 @@ async def test_a_write_queued_as_the_last_batch_finishes_still_runs() -> None:
     # The flusher has returned, its done callback not yet run: the next write must not
     # wait for it.
     assert await asyncio.wait_for(group.run(write("next")), timeout=2.0) == "next"
+
+
+async def test_callers_are_not_left_waiting_when_the_flusher_is_cancelled() -> None:
+    started = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def stuck_transaction() -> AsyncIterator[Any]:
+        started.set()
+        await asyncio.sleep(3600)  # a commit that never returns
+        yield FakeConnection([])
+
+    group = GroupCommit(stuck_transaction)
+    caller = asyncio.create_task(group.run(write("w")))
+    await started.wait()
+    for flusher in list(group._flushers):
+        flusher.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(caller, timeout=2.0)

@@ -10,7 +10,9 @@ its caller gets the error; the others still commit. An outage (StoreUnavailableE
 fails the whole batch: nothing in it committed, and every caller is told so.
 
 A batch of one runs without a savepoint (its transaction is its own). ``lanes``
-batches may be in flight at once, each on its own pooled connection.
+batches may be in flight at once, each on its own pooled connection. A caller
+cancelled before its batch starts is left out of it; one cancelled later still has
+its write committed, as with any commit already under way.
 """
 
 from __future__ import annotations
@@ -118,6 +120,12 @@ class GroupCommit:
             outcomes = [(None, failed.cause)] * len(batch)
         except Exception as exc:  # noqa: BLE001 - the commit (or a lone operation) failed
             outcomes = [(None, exc)] * len(batch)
+        except BaseException:
+            # This flusher itself was cancelled (the loop is shutting down): its callers
+            # must not wait for ever.
+            for item in batch:
+                item.future.cancel()
+            raise
         self.batches += 1
         self.operations += len(batch)
         for item, (value, error) in zip(batch, outcomes, strict=True):
