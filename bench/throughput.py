@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import uvicorn
 
+import pg_throughput
 from ferryman.adapters.sqlite import SqliteApiKeyStore
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
@@ -560,11 +561,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="http: post from this process (default: a separate client process)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument(
+        "--database", help="postgresql://...: the PostgreSQL benchmark (bench/pg_throughput.py)"
+    )
     parser.add_argument("--post-to", help=argparse.SUPPRESS)  # the client process's mode
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if pg_throughput.wants_postgres(argv):
+        return pg_throughput.main(argv)
     args = parse_args(argv)
     if args.post_to:
         asyncio.run(post_all(args.post_to, os.environ[KEY_VARIABLE], args.jobs, args.clients))

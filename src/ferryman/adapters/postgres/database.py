@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ferryman.adapters.postgres.errors import translate_errors
+from ferryman.adapters.postgres.grouping import GroupCommit
 from ferryman.adapters.postgres.inspection import create_database, is_missing_database
 from ferryman.adapters.postgres.listener import MESSAGES_CHANNEL, Listener
 from ferryman.adapters.postgres.migrations import migrate
@@ -46,6 +47,8 @@ class PostgresDatabase:
         self._listener = listener
         # Queue consumers of this process wait on it; NOTIFYs and own sends nudge it.
         self.wakeup = listener.wakeup if listener is not None else Wakeup()
+        # Job writes, acks and results ready at the same moment share one commit.
+        self.group = GroupCommit(self.transaction)
 
     @classmethod
     async def open(
@@ -132,6 +135,7 @@ class PostgresDatabase:
             return await execute(conn, query, params)
 
     async def close(self) -> None:
+        await self.group.close()
         if self._listener is not None:
             await self._listener.close()
         if self._checker is not None:

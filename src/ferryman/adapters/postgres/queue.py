@@ -70,7 +70,8 @@ class PostgresJobQueue:
             await self._db.wakeup.wait(
                 since=since, timeout_seconds=min(remaining, self._poll_interval_seconds)
             )
-            polling = True
+            # Woken by a send: go straight for it. Woken by the poll's timer: look first.
+            polling = self._db.wakeup.generation == since
 
     async def _take(
         self,
@@ -114,7 +115,8 @@ class PostgresJobQueue:
     async def delete(self, receipt: str) -> None:
         parts = messages.split_receipt(receipt)
         if parts is not None:
-            await self._db.execute(QUEUE["delete_message"], {"id": parts[0], "token": parts[1]})
+            params = {"id": parts[0], "token": parts[1]}
+            await self._db.group.run(lambda conn: execute(conn, QUEUE["delete_message"], params))
 
     async def receive_dead_letters(self, *, max_messages: int) -> list[DeadLetter]:
         rows = await self._db.fetch_all(QUEUE["list_dead_letters"], {"limit": max(0, max_messages)})

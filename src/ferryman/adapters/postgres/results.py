@@ -43,7 +43,8 @@ class PostgresResultStore:
             raise ValueError("a result key cannot be empty")
         # Durable on return: the statement's transaction committed (synchronous_commit
         # is the server's to set; on by default).
-        await self._db.execute(MISC["put_result"], {"key": key, "data": data})
+        params = {"key": key, "data": data}
+        await self._db.group.run(lambda conn: execute(conn, MISC["put_result"], params))
         return f"db:{key};sha256={checksum(data)}"
 
     async def get(self, ref: str, *, key: str) -> bytes:

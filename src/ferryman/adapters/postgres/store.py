@@ -36,10 +36,9 @@ class PostgresJobStore:
         return True
 
     async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
-        async with self._db.transaction() as conn:
-            accepted = await jobops.create(
-                conn, change, idempotency_expires_at=idempotency_expires_at
-            )
+        accepted = await self._db.group.run(
+            lambda conn: jobops.create(conn, change, idempotency_expires_at=idempotency_expires_at)
+        )
         if accepted.created and change.enqueue:
             self._db.wakeup.notify()
         return accepted
@@ -58,8 +57,7 @@ class PostgresJobStore:
         return outcomes
 
     async def apply(self, change: Change) -> bool:
-        async with self._db.transaction() as conn:
-            applied = await jobops.apply(conn, change)
+        applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
         if applied and change.enqueue:
             self._db.wakeup.notify()
         return applied

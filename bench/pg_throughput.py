@@ -1,0 +1,426 @@
+"""Throughput on PostgreSQL: ferryman end to end beside the server's own raw rates.
+
+``bench/throughput.py --database postgresql://user@host:5432/anydb [--json]`` runs this
+(the database named in the URL is only used to reach the server: every measurement
+gets a scratch database of its own, created before and dropped after).
+
+raw         the server alone, from one connection, one job at a time: one INSERT per
+            commit, then one ``FOR UPDATE SKIP LOCKED`` claim + complete per commit.
+            One commit per step tops out at the harmonic combination of the two (the
+            derived limit: ``1 / (1/insert + 1/claim_complete)``).
+e2e         Intake + Worker (``sim`` model, 0 ms) in this process over the real engine,
+            workers warmed first; jobs submitted ``--batch`` at a time; the rate is
+            N / (first accept -> last SUCCEEDED), from the jobs' own timestamps.
+drain       the queue pre-filled with N jobs, then the worker started: N / (worker
+            start -> last SUCCEEDED).
+pickup      idle warmed workers, jobs submitted one at a time ``--pickup-gap-ms`` apart:
+            accept -> claim (the first attempt's start) p50 / p99.
+cpu         CPU seconds per 1,000 jobs of the whole machine (``/proc/stat`` deltas over
+            the e2e run: ferryman, the PostgreSQL server and anything else running).
+procrastinate  Procrastinate no-op jobs on the same server (bench/peer_systems.py, its
+            own virtualenv), its own processes' CPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from ferryman.adapters.postgres.grouping import GROUP_LANES, GROUP_MAX_BATCH, GroupCommit
+from ferryman.config import load_settings
+from ferryman.wiring import open_runtime
+from harness import TENANT, fmt, generate_request, percentile, print_table, quiet_logs
+from peer_systems import run_procrastinate, scratch_database
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from ferryman.wiring import Runtime
+
+DONE_TIMEOUT_SECONDS = 600.0
+# The issue's targets, printed beside the figures.
+TARGET_DRAIN = 10_000.0
+TARGET_PICKUP_P50_MS = 10.0
+TARGET_CPU_PER_1000 = 2.5
+TARGET_PEER_RATIO = 2.0
+
+
+def wants_postgres(argv: list[str]) -> bool:
+    """True when the command line asks for a PostgreSQL run (``--database postgres...``)."""
+    for i, arg in enumerate(argv):
+        value = arg.partition("=")[2] if arg.startswith("--database=") else None
+        if arg == "--database" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None and value.startswith(("postgresql://", "postgres://")):
+            return True
+    return False
+
+
+def server_url(database_url: str) -> str:
+    """The URL without its database name (scratch databases are made beside it)."""
+    parts = urlsplit(database_url)
+    return urlunsplit((parts.scheme, parts.netloc, "", parts.query, ""))
+
+
+def database_url(server: str, name: str) -> str:
+    parts = urlsplit(server)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
+
+
+@contextlib.contextmanager
+def scratch(server: str, phase: str) -> Iterator[str]:
+    name = f"ferryman_bench_pg_{phase}_{os.getpid()}"
+    with scratch_database(server, name):
+        yield database_url(server, name)
+
+
+# --- the machine's CPU -----------------------------------------------------------------
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core spent not idle since boot (user..steal, /proc/stat)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user).
+    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+# --- raw: the server alone ------------------------------------------------------------
+
+
+def raw_rates(url: str, n: int) -> dict[str, float]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE raw_jobs (id bigserial PRIMARY KEY, status text NOT NULL, "
+            "body text NOT NULL, created_at double precision NOT NULL)"
+        )
+        conn.execute("CREATE INDEX raw_jobs_queued ON raw_jobs (id) WHERE status = 'queued'")
+        started = time.perf_counter()
+        for i in range(n):
+            conn.execute(
+                "INSERT INTO raw_jobs (status, body, created_at) VALUES ('queued', %s, %s)",
+                (f"benchmark job number {i}", time.time()),
+            )
+        insert_s = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(n):
+            with conn.transaction():
+                row = conn.execute(
+                    "UPDATE raw_jobs SET status = 'running' WHERE id = (SELECT id FROM raw_jobs "
+                    "WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                    "RETURNING id"
+                ).fetchone()
+                if row is None:
+                    raise RuntimeError("raw loop: no queued row to claim")
+                conn.execute("UPDATE raw_jobs SET status = 'done' WHERE id = %s", (row[0],))
+        claim_s = time.perf_counter() - started
+    insert = n / insert_s
+    claim = n / claim_s
+    return {
+        "raw_insert_per_s": insert,
+        "raw_claim_complete_per_s": claim,
+        "derived_limit_jobs_per_s": 1 / (1 / insert + 1 / claim),
+    }
+
+
+# --- ferryman over the engine ---------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def open_ferryman(url: str, args: argparse.Namespace) -> AsyncIterator[Runtime]:
+    settings = load_settings(
+        database_url=url,
+        results_url="db",
+        worker_concurrency=args.concurrency,
+        postgres_pool_max_size=args.pool,
+    )
+    async with open_runtime(settings) as runtime:
+        if (args.group_max_batch, args.group_lanes) != (GROUP_MAX_BATCH, GROUP_LANES):
+            # What group commit buys: max batch 1 with as many lanes as connections is
+            # one transaction per write, as before it.
+            db = runtime.queue._db  # type: ignore[attr-defined]
+            db.group = GroupCommit(
+                db.transaction, max_batch=args.group_max_batch, lanes=args.group_lanes
+            )
+        yield runtime
+
+
+@dataclass(slots=True)
+class Running:
+    """A worker running in the background until ``stop``."""
+
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    @classmethod
+    def start(cls, runtime: Runtime, concurrency: int) -> Running:
+        stop = asyncio.Event()
+        return cls(stop, asyncio.create_task(runtime.new_worker(concurrency).run(stop)))
+
+    async def close(self) -> None:
+        self.stop.set()
+        await self.task
+
+
+async def submit(runtime: Runtime, first: int, n: int, *, batch: int) -> None:
+    for start in range(first, first + n, batch):
+        await asyncio.gather(
+            *(
+                runtime.intake.submit(tenant_id=TENANT, request=generate_request(i))
+                for i in range(start, min(first + n, start + batch))
+            )
+        )
+
+
+async def wait_succeeded(url: str, n: int) -> None:
+    """Return once n jobs are SUCCEEDED (polled from a connection of its own, kept open:
+    a new backend per poll would cost the server more than the poll)."""
+    deadline = time.monotonic() + DONE_TIMEOUT_SECONDS
+    conn: psycopg.AsyncConnection[Any] | None = None
+    try:
+        while True:
+            try:
+                if conn is None or conn.closed:
+                    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+                cursor = await conn.execute("SELECT status, count(*) FROM jobs GROUP BY status")
+                counts = {str(s): int(c) for s, c in await cursor.fetchall()}
+            except psycopg.OperationalError:  # other work on a shared server ended it
+                counts = {}
+            if counts.get("SUCCEEDED", 0) >= n:
+                return
+            bad = {k: v for k, v in counts.items() if k in ("FAILED", "CANCELLED")}
+            if bad or time.monotonic() > deadline:
+                raise RuntimeError(f"jobs did not all succeed in time: {counts}")
+            await asyncio.sleep(0.05)
+    finally:
+        if conn is not None:
+            await conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Times:
+    accepted: list[float]
+    claimed: list[float]
+    completed: list[float]
+
+
+async def job_times(url: str, since: float) -> Times:
+    """Accept, first claim and completion of the jobs accepted at or after ``since``."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        rows = await (
+            await conn.execute(
+                "SELECT j.created_at, a.started_at, j.completed_at FROM jobs j "
+                "JOIN attempts a ON a.job_id = j.job_id AND a.attempt_no = 1 "
+                "WHERE j.status = 'SUCCEEDED' AND j.created_at >= %s",
+                (since,),
+            )
+        ).fetchall()
+    return Times([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+
+
+async def e2e_and_pickup(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Warm up, the end-to-end run, then pickup latency with the same (now idle) workers."""
+    async with open_ferryman(url, args) as runtime:
+        worker = Running.start(runtime, args.concurrency)
+        try:
+            await submit(runtime, 0, args.warmup, batch=args.batch)
+            await wait_succeeded(url, args.warmup)
+            since = time.time()
+            busy, cpu = machine_busy_seconds(), time.process_time()
+            await submit(runtime, args.warmup, args.jobs, batch=args.batch)
+            await wait_succeeded(url, args.warmup + args.jobs)
+            busy, cpu = machine_busy_seconds() - busy, time.process_time() - cpu
+            times = await job_times(url, since)
+            pickup = await pickup_run(url, runtime, args)
+        finally:
+            await worker.close()
+    if len(times.accepted) != args.jobs:
+        raise RuntimeError(f"e2e: {len(times.accepted)} of {args.jobs} jobs succeeded")
+    span = max(times.completed) - min(times.accepted)
+    return {
+        "e2e_jobs_per_s": args.jobs / span,
+        "e2e_seconds": span,
+        "cpu_s_per_1000": busy * 1000 / args.jobs,
+        "process_cpu_s_per_1000": cpu * 1000 / args.jobs,
+        **pickup,
+    }
+
+
+async def pickup_run(url: str, runtime: Runtime, args: argparse.Namespace) -> dict[str, float]:
+    await asyncio.sleep(1.0)  # the workers go idle (waiting on LISTEN / the slow poll)
+    since = time.time()
+    first = args.warmup + args.jobs
+    for i in range(args.pickup_jobs):
+        await runtime.intake.submit(tenant_id=TENANT, request=generate_request(first + i))
+        await asyncio.sleep(args.pickup_gap_ms / 1000)
+    await wait_succeeded(url, first + args.pickup_jobs)
+    times = await job_times(url, since)
+    waits = [(c - a) * 1000 for a, c in zip(times.accepted, times.claimed, strict=True)]
+    return {"pickup_p50_ms": percentile(waits, 50), "pickup_p99_ms": percentile(waits, 99)}
+
+
+async def drain(url: str, args: argparse.Namespace) -> dict[str, float]:
+    async with open_ferryman(url, args) as runtime:
+        await submit(runtime, 0, args.jobs, batch=args.batch)
+        started = time.time()
+        worker = Running.start(runtime, args.concurrency)
+        try:
+            await wait_succeeded(url, args.jobs)
+        finally:
+            await worker.close()
+    times = await job_times(url, 0.0)
+    return {"drain_jobs_per_s": args.jobs / (max(times.completed) - started)}
+
+
+async def ferryman_round(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    with scratch(server, "e2e") as url:
+        figures.update(await e2e_and_pickup(url, args))
+    if not args.skip_drain:
+        with scratch(server, "drain") as url:
+            figures.update(await drain(url, args))
+    return figures
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    server = server_url(args.database)
+    rounds: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        figures: dict[str, Any] = {}
+        with scratch(server, "raw") as url:
+            figures.update(raw_rates(url, args.raw_jobs))
+        figures.update(asyncio.run(ferryman_round(server, args)))
+        rounds.append(figures)
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    out.setdefault("drain_jobs_per_s", None)
+    out["procrastinate_jobs_per_s"] = None
+    if not args.skip_procrastinate:
+        peer = run_procrastinate(server, jobs=args.procrastinate_jobs)
+        out["procrastinate_jobs_per_s"] = peer.jobs_per_s
+        out["procrastinate_cpu_s_per_1000"] = peer.cpu_s_per_1000
+    out["e2e_to_derived_limit"] = out["e2e_jobs_per_s"] / out["derived_limit_jobs_per_s"]
+    if out["procrastinate_jobs_per_s"]:
+        out["e2e_to_procrastinate"] = out["e2e_jobs_per_s"] / out["procrastinate_jobs_per_s"]
+    out["rounds"] = [{k: v for k, v in r.items() if k.endswith("_per_s")} for r in rounds]
+    return out
+
+
+def settings_of(args: argparse.Namespace, start_load: float) -> dict[str, Any]:
+    with psycopg.connect(database_url(server_url(args.database), "postgres")) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return {
+        "jobs": args.jobs,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "concurrency": args.concurrency,
+        "pool_max_size": args.pool,
+        "group_max_batch": args.group_max_batch,
+        "group_lanes": args.group_lanes,
+        "submit_batch": args.batch,
+        "raw_jobs": args.raw_jobs,
+        "pickup_jobs": args.pickup_jobs,
+        "procrastinate_jobs": args.procrastinate_jobs,
+        "cpus": os.cpu_count(),
+        "load_average_1m": {"start": start_load, "end": os.getloadavg()[0]},
+        "python": sys.version.split()[0],
+        "postgresql": None if row is None else row[0],
+    }
+
+
+def print_human(out: dict[str, Any]) -> None:
+    s = out["settings"]
+    drain_rate = out["drain_jobs_per_s"]
+    peer = out["procrastinate_jobs_per_s"]
+    rows = [
+        ("raw: one INSERT per commit", f"{fmt(out['raw_insert_per_s'])} /s"),
+        ("raw: one claim + complete per commit", f"{fmt(out['raw_claim_complete_per_s'])} /s"),
+        ("derived one-commit-per-step limit", f"{fmt(out['derived_limit_jobs_per_s'])} jobs/s"),
+        ("ferryman end to end (sim 0 ms)", f"{fmt(out['e2e_jobs_per_s'])} jobs/s"),
+        ("  / derived limit", f"{out['e2e_to_derived_limit']:.2f}  (target >= 1)"),
+        (
+            "drain (pre-filled queue)",
+            "skipped"
+            if drain_rate is None
+            else f"{fmt(drain_rate)} jobs/s  (target >= {fmt(TARGET_DRAIN, 0)})",
+        ),
+        (
+            "pickup p50 / p99 (idle workers)",
+            f"{fmt(out['pickup_p50_ms'])} / {fmt(out['pickup_p99_ms'])} ms"
+            f"  (target p50 < {fmt(TARGET_PICKUP_P50_MS, 0)})",
+        ),
+        (
+            "CPU-s per 1,000 jobs (whole machine)",
+            f"{fmt(out['cpu_s_per_1000'], 2)}  (target <= {TARGET_CPU_PER_1000}); "
+            f"this process {fmt(out['process_cpu_s_per_1000'], 2)}",
+        ),
+    ]
+    if peer:
+        rows += [
+            ("Procrastinate no-op jobs", f"{fmt(peer)} jobs/s"),
+            ("  ferryman / Procrastinate", f"{out['e2e_to_procrastinate']:.2f}  (target >= 2)"),
+        ]
+    title = (
+        f"ferryman on PostgreSQL {s['postgresql']}: {s['jobs']} jobs x {s['rounds']} rounds "
+        f"(medians), concurrency={s['concurrency']}, pool={s['pool_max_size']}, "
+        f"load {s['load_average_1m']['start']:.1f} -> {s['load_average_1m']['end']:.1f}"
+    )
+    print_table(title, rows)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", required=True, help="postgresql://user@host:port/any")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs in e2e and in drain")
+    parser.add_argument("--warmup", type=int, default=500, help="jobs before e2e, not counted")
+    parser.add_argument("--rounds", type=int, default=1, help="figures are medians of rounds")
+    parser.add_argument("--concurrency", type=int, default=64, help="worker slots")
+    parser.add_argument("--pool", type=int, default=10, help="connection pool max size")
+    parser.add_argument("--batch", type=int, default=50, help="e2e: submits in flight")
+    parser.add_argument("--raw-jobs", type=int, default=3000, help="rows in each raw loop")
+    parser.add_argument("--pickup-jobs", type=int, default=200)
+    parser.add_argument("--pickup-gap-ms", type=float, default=20.0)
+    parser.add_argument("--procrastinate-jobs", type=int, default=2000)
+    parser.add_argument("--skip-procrastinate", action="store_true")
+    parser.add_argument("--skip-drain", action="store_true")
+    parser.add_argument(
+        "--group-max-batch", type=int, default=GROUP_MAX_BATCH, help="writes per group commit"
+    )
+    parser.add_argument(
+        "--group-lanes", type=int, default=GROUP_LANES, help="group commits in flight at once"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet_logs()
+    start_load = os.getloadavg()[0]
+    out = measure(args)
+    out["settings"] = settings_of(args, start_load)
+    out["run_id"] = uuid.uuid4().hex[:8]
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print_human(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Group commit: writes that are ready at the same moment share one transaction.
+
+A commit waits for the server's WAL flush, whose cost hardly depends on how much it
+covers, so one transaction per write caps a process at about one write per flush.
+Callers hand ``GroupCommit.run`` an operation (a coroutine function over a
+connection); while a batch is committing, new operations wait, and the next batch
+takes all of them (up to ``max_batch``). Each operation runs inside a SAVEPOINT of
+its own, so one that fails (a conflict, a constraint) is rolled back alone and only
+its caller gets the error; the others still commit. An outage (StoreUnavailableError)
+fails the whole batch: nothing in it committed, and every caller is told so.
+
+A batch of one runs without a savepoint (its transaction is its own). ``lanes``
+batches may be in flight at once, each on its own pooled connection. A caller
+cancelled before its batch starts is left out of it; one cancelled later still has
+its write committed, as with any commit already under way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ferryman.adapters.postgres.errors import translate_errors
+from ferryman.core.errors import StoreUnavailableError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
+
+    import psycopg
+
+    Connection = psycopg.AsyncConnection[Any]
+    Operation = Callable[[Connection], Awaitable[Any]]
+
+T = TypeVar("T")
+# Each savepoint that writes takes a subtransaction id; past 64 in one transaction the
+# server's per-backend cache overflows and every session's snapshots get slower.
+GROUP_MAX_BATCH = 64
+GROUP_LANES = 1
+
+
+@dataclass(slots=True)
+class _Pending:
+    operation: Operation
+    future: asyncio.Future[Any]
+
+
+class _BatchFailedError(Exception):
+    """Leaves the batch's transaction (rolling it back) carrying the outage."""
+
+    def __init__(self, cause: StoreUnavailableError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class GroupCommit:
+    """Runs operations in shared transactions from ``transaction()`` (one per batch)."""
+
+    def __init__(
+        self,
+        transaction: Callable[[], AbstractAsyncContextManager[Connection]],
+        *,
+        max_batch: int = GROUP_MAX_BATCH,
+        lanes: int = GROUP_LANES,
+    ) -> None:
+        if max_batch < 1 or lanes < 1:
+            raise ValueError("max_batch and lanes must be at least 1")
+        self._transaction = transaction
+        self._max_batch = max_batch
+        self._lanes = lanes
+        self._pending: list[_Pending] = []
+        self._flushers: set[asyncio.Task[None]] = set()
+        self._active = 0
+        self.batches = 0
+        self.operations = 0
+
+    async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``operation`` in the next batch's transaction; its value once committed."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(operation, future))
+        if self._active < self._lanes:
+            # Counted here and uncounted by the flusher itself as it finds nothing left
+            # (not by a done callback, which runs later: an operation queued in between
+            # would wait for a flusher that has already finished).
+            self._active += 1
+            task = asyncio.create_task(self._flush())
+            self._flushers.add(task)
+            task.add_done_callback(self._flushers.discard)
+        return await future
+
+    async def close(self) -> None:
+        """Wait for the batches already in flight (their callers are waiting)."""
+        while self._flushers:
+            await asyncio.gather(*self._flushers, return_exceptions=True)
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch = self._pending[: self._max_batch]
+                del self._pending[: self._max_batch]
+                # A caller cancelled before its batch starts is left out of it.
+                live = [item for item in batch if not item.future.cancelled()]
+                if live:
+                    await self._commit(live)
+        finally:
+            self._active -= 1
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            async with self._transaction() as conn:
+                if len(batch) == 1:
+                    outcomes.append((await batch[0].operation(conn), None))
+                else:
+                    for item in batch:
+                        outcomes.append(await _in_savepoint(conn, item.operation))
+        except _BatchFailedError as failed:
+            outcomes = [(None, failed.cause)] * len(batch)
+        except Exception as exc:  # noqa: BLE001 - the commit (or a lone operation) failed
+            outcomes = [(None, exc)] * len(batch)
+        except BaseException:
+            # This flusher itself was cancelled (the loop is shutting down): its callers
+            # must not wait for ever.
+            for item in batch:
+                item.future.cancel()
+            raise
+        self.batches += 1
+        self.operations += len(batch)
+        for item, (value, error) in zip(batch, outcomes, strict=True):
+            if item.future.cancelled():
+                continue
+            if error is not None:
+                item.future.set_exception(error)
+            else:
+                item.future.set_result(value)
+
+
+async def _in_savepoint(conn: Connection, operation: Operation) -> tuple[Any, Exception | None]:
+    """The operation's value, or the error that rolled back its savepoint alone."""
+    try:
+        async with _savepoint(conn):
+            return await operation(conn), None
+    except StoreUnavailableError as exc:
+        raise _BatchFailedError(exc) from exc
+    except Exception as exc:  # noqa: BLE001 - handed to this operation's caller
+        return None, exc
+
+
+@contextlib.asynccontextmanager
+async def _savepoint(conn: Connection) -> AsyncIterator[None]:
+    with translate_errors():
+        async with conn.transaction():
+            yield
