@@ -20,9 +20,11 @@ from ferryman.adapters.postgres import (
 )
 from ferryman.adapters.postgres.migrations import SchemaTooNewError, latest_version
 from ferryman.core import changes
+from ferryman.core.changes import Change
 from ferryman.core.clock import FakeClock
 from ferryman.core.errors import StoreUnavailableError
 from ferryman.core.ids import new_job_id
+from ferryman.core.job import JobStatus
 from ferryman.engines import EngineOptions, open_engine, probe_engine
 from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
 from ferryman.ports.queue import QueueMessage
@@ -295,6 +297,34 @@ async def test_a_send_in_one_process_wakes_a_waiting_receive_in_another(postgres
 
     assert delivery.message == message
     assert time.monotonic() - started < 2
+
+
+async def test_a_cancel_of_a_running_job_wakes_the_cancel_watch_of_another_process(
+    postgres_scratch, job_factory
+):
+    clock = FakeClock()
+    postgres_url = await _migrated(postgres_scratch)
+    async with AsyncExitStack() as stack:
+        worker_db, api_db = await _processes(postgres_url, 2, stack)
+        api = PostgresJobStore(api_db, clock=clock)
+        running = job_factory(status=JobStatus.PROCESSING, attempt_id="att_1", worker_id="w1")
+        waiting = job_factory()
+        for job in (running, waiting):
+            accepted = Change(before=None, after=job, at=clock.now())
+            await api.create(accepted, idempotency_expires_at=None)
+        await _until(lambda: worker_db.listening)
+        hints = PostgresJobStore(worker_db, clock=clock).cancel_hints
+        since = hints.generation
+
+        # A waiting job ends CANCELLED at once: nobody runs it, nobody is woken.
+        for job in (waiting, running):
+            stored = await api.get(job.job_id)
+            change = changes.request_cancel(stored, now=clock.now())
+            assert await api.apply(change)
+        await asyncio.wait_for(hints.wait(since=since, timeout_seconds=20), timeout=10)
+        await asyncio.sleep(0.3)  # a NOTIFY the waiting job's cancel sent would be here by now
+
+    assert hints.generation == since + 1
 
 
 # --- connection loss ----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Wake-ups between processes sharing one SQLite file (adapters/sqlite/peers.py).
+"""Wake-ups between processes sharing one SQLite file (adapters/sqlite/peers.py): new
+messages and cancel requests, two kinds of byte over one socket per process.
 
 Two SqliteDatabase objects over one file stand for two processes: each has its own
 in-process Wakeup, so only the socket directory beside the file connects them.
@@ -18,6 +19,7 @@ import pytest
 
 from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue
 from ferryman.adapters.sqlite.peers import MAX_SOCKET_PATH_BYTES, directory_for
+from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.clock import SystemClock
 from ferryman.core.ids import new_job_id
 from ferryman.ports.queue import QueueMessage
@@ -123,3 +125,62 @@ async def test_closing_removes_this_processes_socket(short_dir: Path) -> None:
     await db.close()
 
     assert list(directory.iterdir()) == []
+
+
+async def _generation_moves(wakeup: Wakeup) -> None:
+    since = wakeup.generation
+    await wakeup.wait(since=since, timeout_seconds=POLL_SECONDS)
+    assert wakeup.generation != since
+
+
+async def test_a_cancel_hint_wakes_the_other_processes_cancel_watch_and_not_its_receive(
+    two_processes: tuple[SqliteDatabase, SqliteDatabase],
+) -> None:
+    api, worker = two_processes
+    receiving = asyncio.create_task(_receive(_queue(worker), wait_seconds=POLL_SECONDS))
+    watching = asyncio.create_task(_generation_moves(worker.cancel_wakeup))
+    await asyncio.sleep(0.2)  # both listen, on the process's one socket
+    messages_seen = worker.wakeup.generation
+
+    api.cancel_wakeup.notify()
+
+    await asyncio.wait_for(watching, timeout=10)  # woken, not left to its 30 s timeout
+    assert worker.wakeup.generation == messages_seen
+    assert not receiving.done()
+    receiving.cancel()
+    assert [p.suffix for p in directory_for(api.path).iterdir()] == [".sock"]
+
+
+async def test_a_message_hint_leaves_the_other_processes_cancel_watch_asleep(
+    two_processes: tuple[SqliteDatabase, SqliteDatabase],
+) -> None:
+    api, worker = two_processes
+    receiving = asyncio.create_task(_receive(_queue(worker), wait_seconds=POLL_SECONDS))
+    watching = asyncio.create_task(_generation_moves(worker.cancel_wakeup))
+    await asyncio.sleep(0.2)
+    cancels_seen = worker.cancel_wakeup.generation
+
+    await _queue(api).send(QueueMessage(job_id=new_job_id(), tenant_id="t1"))
+
+    assert await asyncio.wait_for(receiving, timeout=10) == 1
+    assert worker.cancel_wakeup.generation == cancels_seen
+    watching.cancel()
+
+
+async def test_a_byte_of_an_unknown_kind_wakes_nothing(
+    two_processes: tuple[SqliteDatabase, SqliteDatabase],
+) -> None:
+    _, worker = two_processes
+    watching = asyncio.create_task(_generation_moves(worker.cancel_wakeup))
+    receiving = asyncio.create_task(_receive(_queue(worker), wait_seconds=POLL_SECONDS))
+    await asyncio.sleep(0.2)
+    seen = (worker.wakeup.generation, worker.cancel_wakeup.generation)
+    [own] = directory_for(worker.path).iterdir()
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.sendto(b"\x7f", str(own))  # a later version's kind
+        sender.sendto(b"\x02", str(own))  # then a cancel hint
+
+    await asyncio.wait_for(watching, timeout=10)
+    assert (worker.wakeup.generation, worker.cancel_wakeup.generation) == (seen[0], seen[1] + 1)
+    receiving.cancel()

@@ -1,12 +1,14 @@
-"""A nudge for queue consumers waiting on an empty queue.
+"""A nudge for whoever waits on the database: queue consumers, cancel watchers.
 
 A long-polling receive sleeps until a message is sent (or made visible) or its poll
-interval passes. In this process the nudge is direct. Other processes' sends reach it
-through ``peers`` where the engine has them (SQLite: one-byte datagrams among the
-processes sharing the file, adapters/sqlite/peers.py) or through the engine's own
-channel (PostgreSQL: LISTEN/NOTIFY calls ``notify``); the poll covers whatever a nudge
-misses. A generation counter closes the gap between "found nothing" and "started
-waiting".
+interval passes; a worker's cancel watcher sleeps until a cancel is requested for a
+running job or its periodic check comes round. Each engine keeps one Wakeup for each.
+In this process the nudge is direct. Other processes' nudges reach it through
+``peers`` where the engine has them (SQLite: one-byte datagrams among the processes
+sharing the file, adapters/sqlite/peers.py) or through the engine's own channel
+(PostgreSQL: LISTEN/NOTIFY calls ``notify``). A nudge is never the news itself: the
+woken reads the database, and the poll covers whatever a nudge misses. A generation
+counter closes the gap between "found nothing" and "started waiting".
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class Peers(Protocol):
-    """Wake-ups exchanged with other processes (adapters/sqlite/peers.py has one)."""
+    """Wake-ups of one kind exchanged with other processes (adapters/sqlite/peers.py's
+    PeerChannel)."""
 
     @property
     def listening(self) -> bool: ...
@@ -43,7 +46,7 @@ class Wakeup:
         return self._generation
 
     def notify(self) -> None:
-        """Something became visible: wake this process's waiters and the other processes'."""
+        """Something changed: wake this process's waiters and the other processes'."""
         self._notify_here()
         if self._peers is not None:
             self._peers.broadcast()

@@ -79,6 +79,17 @@ class Change:
         was = self.before is not None and not self.before.status.terminal
         return int(not self.after.status.terminal) - int(was)
 
+    @property
+    def stops_running_attempt(self) -> bool:
+        """This change asks the attempt running the job to stop (a cancel request that
+        found it PROCESSING): engines nudge the worker's cancel check when it is stored."""
+        asked_before = self.before is not None and self.before.cancel_requested
+        return (
+            self.after.cancel_requested
+            and not asked_before
+            and self.after.status is JobStatus.PROCESSING
+        )
+
 
 def _change(
     before: Job | None,

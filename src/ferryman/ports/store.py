@@ -74,6 +74,20 @@ class UsageRow:
     wasted_nano_usd: int
 
 
+class Hint(Protocol):
+    """A nudge that the store may hold news, never the news itself: whoever wakes reads
+    the store as it would on its periodic look, so a lost nudge costs only latency."""
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every nudge."""
+        ...
+
+    async def wait(self, *, since: int, timeout_seconds: float) -> None:
+        """Return once the generation is no longer ``since``, or after the timeout."""
+        ...
+
+
 class JobStore(Protocol):
     # True when apply() writes the job's queue message for a change with ``enqueue``
     # in the same transaction (the SQL engines); intake then skips the outbox path.
@@ -138,6 +152,15 @@ class JobStore(Protocol):
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         """Which of these jobs have a cancel request (one cheap read for many calls)."""
+        ...
+
+    @property
+    def cancel_hints(self) -> Hint:
+        """Nudged once a change that asks a running attempt to stop
+        (``Change.stops_running_attempt``) is stored: by this process's own writes, and
+        by other processes' where the engine carries it (SQLite: the socket directory
+        beside the file; PostgreSQL: NOTIFY in the cancelling transaction). A worker
+        runs its cancel check on a nudge instead of waiting for the next period."""
         ...
 
     async def usage(self, tenant_id: str) -> TenantUsage: ...

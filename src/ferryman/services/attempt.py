@@ -5,9 +5,10 @@ job lease (conditional on the attempt) and the message's visibility, from the cl
 until the attempt's outcome is about to be written, result storage included. The
 call is interrupted when the lease is lost, when the worker shuts down, or when the
 job's client asks for a cancel: the heartbeat sees that too, but the worker's
-cancel watcher (``watch_cancellations``) looks for cancel requests on every running
-call at once, every ``cancel_check_seconds``, so a cancel lands within about a
-second rather than at the next heartbeat.
+cancel watcher (``watch_cancellations``, services/cancels.py) looks for cancel
+requests on every running call at once, as soon as the store hints that one was made
+and every ``cancel_check_seconds`` anyway, so a cancel lands within milliseconds
+(within about a second when the hint is lost) rather than at the next heartbeat.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ferryman.core.errors import (
 from ferryman.core.job import RAW_OUTPUT_MAX_CHARS, AttemptOutcome, AttemptReport
 from ferryman.observability import metrics
 from ferryman.ports.provider import FinishReason
+from ferryman.services.cancels import CancelWatcher
 from ferryman.services.limiter import estimate_tokens
 
 if TYPE_CHECKING:
@@ -194,24 +196,14 @@ class AttemptRunner:
 
     async def watch_cancellations(self, stop: asyncio.Event, *, interval_seconds: float) -> None:
         """Interrupt attended calls whose job's client asked for a cancel: one batched
-        read for every running call, every interval."""
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval_seconds):
-                    await stop.wait()
-            running = list(self._attended)
-            if not running:
-                continue
-            try:
-                requested = await self._store.cancel_requested(running)
-            except Exception as exc:  # noqa: BLE001 - the heartbeat still carries cancels
-                log.warning("cancel_check.failed", error_type=type(exc).__name__)
-                continue
-            for job_id in requested:
-                attempt = self._attended.get(job_id)
-                if attempt is not None and not attempt.cancel_requested:
-                    attempt.cancel_requested = True
-                    attempt.interrupt()
+        read for every running call, on the store's cancel hint and every interval."""
+        watcher = CancelWatcher(
+            requests=self._store,
+            hints=self._store.cancel_hints,
+            attended=self._attended,
+            interval_seconds=interval_seconds,
+        )
+        await watcher.run(stop)
 
     async def _call(
         self, route: Route, task: TaskDefinition[Any], request: ModelRequest, result: CallResult

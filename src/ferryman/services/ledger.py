@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ferryman.ports.store import (
         Accepted,
         CreateOutcome,
+        Hint,
         JobPage,
         JobStore,
         TenantUsage,
@@ -412,6 +413,11 @@ class JobLedger:
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         return await self._store.cancel_requested(job_ids) if job_ids else set()
+
+    @property
+    def cancel_hints(self) -> Hint:
+        """Nudged when a cancel is requested for a running job (ports/store.py)."""
+        return self._store.cancel_hints
 
     async def usage(self, tenant_id: str) -> TenantUsage:
         return await self._store.usage(tenant_id)

@@ -622,6 +622,32 @@ def test_a_cancel_of_a_running_job_asks_its_owner_once(jobs: Jobs) -> None:
     assert changes.request_cancel(change.after, now=NOW + 1) is None
 
 
+@pytest.mark.parametrize("name", list(TRANSITIONS))
+def test_only_a_cancel_that_finds_the_job_running_asks_its_worker_to_look_now(
+    name: str, jobs: Jobs
+) -> None:
+    make, transition = TRANSITIONS[name]
+
+    change = transition(make(jobs))
+
+    assert change is not None
+    # What engines nudge the worker's cancel check for: nothing else may wake it.
+    assert change.stops_running_attempt is (name == "request_cancel_running")
+
+
+def test_the_changes_of_a_running_job_after_its_cancel_was_asked_ask_nothing_new(
+    jobs: Jobs,
+) -> None:
+    asked = jobs.owned(cancel_requested=True)
+
+    renewed = changes.renew_lease(asked, attempt_id=OWNER, now=NOW, lease_until=LEASE_UNTIL + 1)
+    noted = changes.note(asked, EventKind.DUPLICATE_DELIVERY, now=NOW, detail={})
+
+    assert renewed.after.cancel_requested and noted.after.cancel_requested
+    assert not renewed.stops_running_attempt
+    assert not noted.stops_running_attempt
+
+
 def test_fail_unowned_closes_an_attempt_a_crash_left_open(jobs: Jobs) -> None:
     detail = {"receive_count": 11}
 

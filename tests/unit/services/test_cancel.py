@@ -1,4 +1,5 @@
-"""Cancel cancels: within about a second, over any retry or late success, once (items 7, 21)."""
+"""Cancel cancels: at once (within about a second when the hint is lost), over any retry or
+late success, once (items 7, 21)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,28 @@ async def test_a_cancelled_call_stops_within_the_check_interval_not_at_the_heart
     stored = await world.job(job.job_id)
     assert stored.result_ref is None
     assert [a.outcome for a in await world.store.attempts(job.job_id)] == [AttemptOutcome.CANCELLED]
+
+
+async def test_a_cancel_in_the_same_process_stops_the_call_at_once_not_at_the_check(
+    make_world, eventually
+):
+    world = make_world(lease=NO_HEARTBEAT)
+    provider = HeldProvider()
+    job = await world.submit("x")
+    # No periodic check within the test: only the store's cancel hint can stop the call.
+    worker = world.worker(providers=[provider], cancel_check_seconds=3600)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.wait_for(provider.started.wait(), 5)
+        await world.jobs.cancel("t1", job.job_id)
+        await eventually(
+            lambda: _status_is(world, job.job_id, JobStatus.CANCELLED), within_seconds=5
+        )
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert provider.cancelled
 
 
 async def _status_is(world, job_id, status):

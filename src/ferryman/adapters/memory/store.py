@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ferryman.adapters.memory.history import JobHistory
 from ferryman.adapters.memory.listing import page_of
+from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.core.idempotency import IdempotencyEntry
 from ferryman.core.job import WAITING_STATUSES, AttemptOutcome, DispatchState, JobStatus
@@ -41,10 +42,15 @@ class InMemoryJobStore:
         self._keys: dict[tuple[str, str], IdempotencyEntry] = {}
         self._history = JobHistory()
         self._lock = asyncio.Lock()
+        self._cancel_hints = Wakeup()
 
     @property
     def enqueues_with_job(self) -> bool:
         return self._queue is not None
+
+    @property
+    def cancel_hints(self) -> Wakeup:
+        return self._cancel_hints
 
     # --- writes ---------------------------------------------------------------
 
@@ -115,6 +121,8 @@ class InMemoryJobStore:
             await self._queue.send(QueueMessage.for_job(change.after))
         self._jobs[change.job_id] = change.after
         self._history.record(change)
+        if change.stops_running_attempt:
+            self._cancel_hints.notify()
 
     # --- reads ----------------------------------------------------------------
 

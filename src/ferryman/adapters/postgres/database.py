@@ -6,7 +6,7 @@ restart, ``pg_terminate_backend``) is replaced instead of failing the operation,
 and it reconnects with backoff while the server is away; meanwhile operations fail
 fast with StoreUnavailableError (an operation waits at most ``pool_timeout_seconds``
 for a connection), which is what ``/readyz`` reports. A dedicated connection LISTENs
-for new messages (listener.py).
+for new messages and cancel requests (listener.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.adapters.postgres.grouping import GroupCommit
 from ferryman.adapters.postgres.inspection import create_database, is_missing_database
-from ferryman.adapters.postgres.listener import MESSAGES_CHANNEL, Listener
+from ferryman.adapters.postgres.listener import Listener
 from ferryman.adapters.postgres.migrations import migrate
 from ferryman.adapters.wakeup import Wakeup
 
@@ -49,6 +49,8 @@ class PostgresDatabase:
         self.wakeup = listener.wakeup if listener is not None else Wakeup()
         # Job writes, acks and results ready at the same moment share one commit.
         self.group = GroupCommit(self.transaction)
+        # Cancel watchers of this process wait on it; NOTIFYs and own cancels nudge it.
+        self.cancel_wakeup = listener.cancel_wakeup if listener is not None else Wakeup()
 
     @classmethod
     async def open(
@@ -96,7 +98,7 @@ class PostgresDatabase:
                 raise
         listener = None
         if listen:
-            listener = Listener(url, channel=MESSAGES_CHANNEL, connect_kwargs=connect)
+            listener = Listener(url, connect_kwargs=connect)
             listener.start()
         return cls(pool, listener=listener, checker=checker)
 

@@ -167,6 +167,8 @@ async def _write_consequences(
             )
         if change.enqueue:
             await messages.insert_message(conn, QueueMessage.for_job(change.after), now=change.at)
+        if change.stops_running_attempt:
+            await cursor.execute(JOBS["notify_cancels"])
         if stored or change.backlog_delta:
             await _add_usage(
                 conn, change.after.tenant_id, unfinished=change.backlog_delta, stored=stored

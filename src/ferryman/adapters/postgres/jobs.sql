@@ -167,6 +167,11 @@ ON CONFLICT (name) DO UPDATE SET at = excluded.at;
 SELECT job_id FROM jobs
 WHERE cancel_requested AND status = 'PROCESSING' AND job_id = ANY(%(job_ids)s::text[]);
 
+-- name: notify_cancels
+-- Runs the cancel check of every listening worker process now; delivered only if the
+-- transaction that asks a running attempt to stop commits.
+SELECT pg_notify('ferryman_cancels', '');
+
 -- name: existing_jobs
 SELECT job_id FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 

@@ -1,13 +1,18 @@
-"""LISTEN/NOTIFY: idle receivers in every process wake when any process sends a message.
+"""LISTEN/NOTIFY: idle receivers in every process wake when any process sends a message,
+and workers run their cancel check when any process asks a running job to stop.
 
 A transaction that inserts a visible message (an accepted job, a send, a message
-shown again) also runs ``pg_notify``; PostgreSQL delivers it when, and only if,
-that transaction commits. One dedicated connection per process listens and nudges
-the process's Wakeup, so a waiting receive looks at once instead of at its next
-poll. The poll stays as the fallback: while this connection is down (the server
-restarted, the backend was terminated) it reconnects with backoff, and receivers
-notice work within their poll interval meanwhile. On each reconnection it nudges
-once, since a notification sent while it was away is lost.
+shown again) also runs ``pg_notify`` on ``ferryman_messages``; one that asks a running
+attempt to stop, on ``ferryman_cancels``. PostgreSQL delivers it when, and only if,
+that transaction commits. One dedicated connection per process listens to both and
+nudges the process's Wakeup for each, so a waiting receive looks at once instead of
+at its next poll, and the cancel watcher reads the cancel requests at once instead
+of at its next periodic check. A notification is a hint, never the news: the woken
+reads the tables. The poll and the periodic check stay as the fallback: while this
+connection is down (the server restarted, the backend was terminated) it reconnects
+with backoff, and workers notice work and cancels within their intervals meanwhile.
+On each reconnection it nudges both once, since a notification sent while it was
+away is lost.
 """
 
 from __future__ import annotations
@@ -25,18 +30,20 @@ from ferryman.adapters.wakeup import Wakeup
 log = structlog.get_logger("ferryman.postgres")
 
 MESSAGES_CHANNEL = "ferryman_messages"
+CANCELS_CHANNEL = "ferryman_cancels"
 FIRST_RETRY_SECONDS = 0.1
 MAX_RETRY_SECONDS = 5.0
 
 
 class Listener:
-    """One background task holding one LISTENing connection."""
+    """One background task holding one connection that LISTENs to every channel."""
 
-    def __init__(self, url: str, *, channel: str, connect_kwargs: dict[str, Any]) -> None:
+    def __init__(self, url: str, *, connect_kwargs: dict[str, Any]) -> None:
         self._url = url
-        self._channel = channel
         self._connect_kwargs = connect_kwargs
-        self.wakeup = Wakeup()
+        self.wakeup = Wakeup()  # new messages
+        self.cancel_wakeup = Wakeup()  # cancel requests for running jobs
+        self._wakeups = {MESSAGES_CHANNEL: self.wakeup, CANCELS_CHANNEL: self.cancel_wakeup}
         self.connected = False
         self._task: asyncio.Task[None] | None = None
 
@@ -70,9 +77,13 @@ class Listener:
     async def _listen(self) -> None:
         conn = await psycopg.AsyncConnection.connect(self._url, **self._connect_kwargs)
         async with conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            for channel in self._wakeups:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             self.connected = True
             # Whatever was sent while nobody listened is looked for now.
-            self.wakeup.notify()
-            async for _ in conn.notifies():
-                self.wakeup.notify()
+            for wakeup in self._wakeups.values():
+                wakeup.notify()
+            async for notification in conn.notifies():
+                woken = self._wakeups.get(notification.channel)
+                if woken is not None:
+                    woken.notify()

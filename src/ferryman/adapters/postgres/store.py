@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from ferryman.adapters.postgres.database import PostgresDatabase
+    from ferryman.adapters.wakeup import Wakeup
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job, JobStatus
@@ -60,6 +61,9 @@ class PostgresJobStore:
         applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
         if applied and change.enqueue:
             self._db.wakeup.notify()
+        if applied and change.stops_running_attempt:
+            # This process's watchers at once (other processes' through the NOTIFY).
+            self._db.cancel_wakeup.notify()
         return applied
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
@@ -109,6 +113,10 @@ class PostgresJobStore:
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         return await self._job_ids("cancel_requested", job_ids)
+
+    @property
+    def cancel_hints(self) -> Wakeup:
+        return self._db.cancel_wakeup
 
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._job_ids("existing_jobs", job_ids)

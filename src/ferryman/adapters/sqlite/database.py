@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ferryman.adapters.sqlite.migrations import migrate
-from ferryman.adapters.sqlite.peers import PeerWakeups
+from ferryman.adapters.sqlite.peers import CANCELS, MESSAGES, PeerWakeups
 from ferryman.adapters.sqlite.peers import directory_for as peers_directory
 from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors
 from ferryman.adapters.wakeup import Wakeup
@@ -62,7 +62,11 @@ class SqliteDatabase:
         # Queue consumers wait on it; senders nudge it, and through the socket directory
         # beside the file, the consumers of other processes (adapters/sqlite/peers.py).
         in_memory = str(path) == ":memory:"
-        self.wakeup = Wakeup(None if in_memory else PeerWakeups(peers_directory(path)))
+        peers = None if in_memory else PeerWakeups(peers_directory(path))
+        self.wakeup = Wakeup(None if peers is None else peers.channel(MESSAGES))
+        # Cancel watchers wait on it; a cancel request for a running job nudges it,
+        # here and in the other processes, over the same socket.
+        self.cancel_wakeup = Wakeup(None if peers is None else peers.channel(CANCELS))
         self._closed = False
 
     @classmethod
@@ -124,6 +128,7 @@ class SqliteDatabase:
             return
         self._closed = True
         self.wakeup.close()
+        self.cancel_wakeup.close()
         await asyncio.to_thread(self._writer.close)
         await asyncio.to_thread(self._reads.shutdown, wait=True)
         self._writer_conn.close()

@@ -1,13 +1,16 @@
 """Wake-ups between processes sharing one SQLite file, over unix datagram sockets.
 
 SQLite tells nobody that a row was written. Without help, a worker in another process
-learns of a new job only when its poll comes round (every 50 ms). Each process that
-waits for work binds a datagram socket in a directory next to the database
-(``<file>-wake/<pid>-<random>.sock``); a process that makes work visible sends one byte
-to every socket there. A byte is a hint, never the work itself: the receiver reads the
-table as it would after a poll, so a lost, late or extra byte changes nothing but
-latency, and the poll stays as the fallback (a full socket buffer, a peer that started
-after the sender last looked, a directory that cannot be made).
+learns of a new job only when its poll comes round (every 50 ms), and of a cancel
+request for a call it runs only at its next cancel check. Each process that waits for
+either binds one datagram socket in a directory next to the database
+(``<file>-wake/<pid>-<random>.sock``); a process that makes work visible, or asks a
+running job to stop, sends one byte to every socket there, whose value says which
+(``MESSAGES``, ``CANCELS``: each a ``PeerChannel`` over the one socket). A byte is a
+hint, never the news itself: the receiver reads the table as it would after a poll or
+a periodic check, so a lost, late or extra byte changes nothing but latency, and the
+poll and the periodic check stay as the fallback (a full socket buffer, a peer that
+started after the sender last looked, a directory that cannot be made).
 
 A peer that died leaves its socket file behind; the first send to it is refused
 (ECONNREFUSED) and the file is removed. The directory is listed again at most every
@@ -35,6 +38,10 @@ DIRECTORY_MODE = 0o700
 MAX_SOCKET_PATH_BYTES = 100
 DEFAULT_REFRESH_SECONDS = 0.5
 _GONE = (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK)
+# What a byte says. A process of an older version wakes on any byte (a harmless extra
+# look); an unknown value is ignored.
+MESSAGES = 1  # a queue message became visible: look for work
+CANCELS = 2  # a cancel was requested for a running job: run the cancel check
 
 
 def directory_for(database: Path) -> Path:
@@ -43,7 +50,10 @@ def directory_for(database: Path) -> Path:
 
 
 class PeerWakeups:
-    """Send and receive one-byte wake-ups among the processes of one database file."""
+    """Send and receive one-byte wake-ups among the processes of one database file.
+
+    One socket per process carries every kind; ``channel(kind)`` is what a Wakeup
+    holds (adapters/wakeup.py's Peers)."""
 
     def __init__(
         self, directory: Path, *, refresh_seconds: float = DEFAULT_REFRESH_SECONDS
@@ -56,17 +66,32 @@ class PeerWakeups:
         self._listener: socket.socket | None = None
         self._own: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._handlers: dict[int, Callable[[], None]] = {}
         # Why wake-ups between processes are off here (the poll alone), or None.
         self.off_reason: str | None = None
         self.sent = 0
+
+    def channel(self, kind: int) -> PeerChannel:
+        """The wake-ups of one kind, as a Wakeup uses them."""
+        return PeerChannel(self, kind)
 
     @property
     def listening(self) -> bool:
         return self._listener is not None
 
-    def listen(self, on_wake: Callable[[], None]) -> bool:
-        """Bind this process's socket and call ``on_wake`` on the running loop whenever
-        bytes arrive. False (and the poll alone) when it cannot be done here."""
+    def listens_for(self, kind: int) -> bool:
+        return self._listener is not None and kind in self._handlers
+
+    def listen(self, on_wake: Callable[[], None], *, kind: int = MESSAGES) -> bool:
+        """Call ``on_wake`` on the running loop whenever bytes of ``kind`` arrive (the
+        socket is bound on the first call). False (and the poll alone) when it cannot
+        be done here."""
+        if self._bind():
+            self._handlers[kind] = on_wake
+            return True
+        return False
+
+    def _bind(self) -> bool:
         if self._listener is not None or self.off_reason is not None:
             return self._listener is not None
         path = self.directory / f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
@@ -79,7 +104,7 @@ class PeerWakeups:
             sock.bind(str(path))
             sock.setblocking(False)
             loop = asyncio.get_running_loop()
-            loop.add_reader(sock.fileno(), self._drain, sock, on_wake)
+            loop.add_reader(sock.fileno(), self._drain, sock, self._handlers)
         except (OSError, NotImplementedError) as exc:
             sock.close()
             self._give_up(type(exc).__name__)
@@ -87,26 +112,32 @@ class PeerWakeups:
         self._listener, self._own, self._loop = sock, str(path), loop
         return True
 
-    def broadcast(self) -> None:
-        """One byte to every other process listening; never raises, never blocks."""
+    def broadcast(self, *, kind: int = MESSAGES) -> int:
+        """One byte of ``kind`` to every other process listening; never raises, never
+        blocks. How many were sent."""
         peers = self._current_peers()
         if not peers:
-            return
+            return 0
         sender = self._sender
         if sender is None:
             sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             sender.setblocking(False)
+        byte, sent = bytes((kind,)), 0
         for peer in peers:
             try:
-                sender.sendto(b"\x01", peer)
-                self.sent += 1
+                sender.sendto(byte, peer)
+                sent += 1
             except BlockingIOError:
                 pass  # its buffer is full of wake-ups already: it will wake
             except OSError as exc:
                 if exc.errno in _GONE:
                     self._forget(peer)
+        self.sent += sent
+        return sent
 
     def close(self) -> None:
+        """Idempotent: every channel of the process closes it."""
+        self._handlers.clear()
         if self._listener is not None:
             if self._loop is not None and not self._loop.is_closed():
                 with contextlib.suppress(Exception):
@@ -142,16 +173,44 @@ class PeerWakeups:
         self.off_reason = reason
 
     @staticmethod
-    def _drain(sock: socket.socket, on_wake: Callable[[], None]) -> None:
-        # Every byte waiting is one wake-up: however many came, wake once.
-        woke = False
+    def _drain(sock: socket.socket, handlers: dict[int, Callable[[], None]]) -> None:
+        # Every byte waiting is one wake-up: however many of a kind came, wake it once.
+        kinds: set[int] = set()
         while True:
             try:
-                sock.recv(64)
+                kinds.update(sock.recv(64))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
                 break
-            woke = True
-        if woke:
-            on_wake()
+        for kind in sorted(kinds):
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler()
+
+
+class PeerChannel:
+    """One kind of wake-up over a process's PeerWakeups: adapters/wakeup.py's Peers."""
+
+    def __init__(self, peers: PeerWakeups, kind: int) -> None:
+        self._peers = peers
+        self._kind = kind
+        # Bytes of this kind sent (tests and benchmarks look).
+        self.sent = 0
+
+    @property
+    def off_reason(self) -> str | None:
+        return self._peers.off_reason
+
+    @property
+    def listening(self) -> bool:
+        return self._peers.listens_for(self._kind)
+
+    def listen(self, on_wake: Callable[[], None]) -> bool:
+        return self._peers.listen(on_wake, kind=self._kind)
+
+    def broadcast(self) -> None:
+        self.sent += self._peers.broadcast(kind=self._kind)
+
+    def close(self) -> None:
+        self._peers.close()

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from ferryman.adapters.sqlite.database import SqliteDatabase
+    from ferryman.adapters.wakeup import Wakeup
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
     from ferryman.core.job import Attempt, Event, Job, JobStatus
@@ -69,6 +70,10 @@ class SqliteJobStore:
         applied = await self._db.write(partial(jobops.apply, change=change))
         if applied and change.enqueue:
             self._db.wakeup.notify()
+        if applied and change.stops_running_attempt:
+            # Committed: the worker holding the job (here or in another process) may
+            # look now instead of at its next periodic cancel check.
+            self._db.cancel_wakeup.notify()
         return applied
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
@@ -124,6 +129,10 @@ class SqliteJobStore:
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         return await self._db.read(partial(_job_ids, block="cancel_requested", job_ids=job_ids))
+
+    @property
+    def cancel_hints(self) -> Wakeup:
+        return self._db.cancel_wakeup
 
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._db.read(partial(_job_ids, block="existing_jobs", job_ids=job_ids))
