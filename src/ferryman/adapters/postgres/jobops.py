@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from ferryman.adapters.job_rows import dump_json, job_from_row, job_params
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
-from ferryman.adapters.postgres.rows import dump_json, job_from_row, job_params, report_params
+from ferryman.adapters.postgres.rows import report_params
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage

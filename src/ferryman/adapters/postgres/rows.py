@@ -1,174 +1,23 @@
-"""Rows to domain objects and back: the one place that knows the column layout."""
+"""What PostgreSQL needs beyond the shared row layout (adapters/job_rows.py)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ferryman.core.errors import FailureClass
-from ferryman.core.job import (
-    Attempt,
-    AttemptOutcome,
-    AttemptReport,
-    DispatchState,
-    Event,
-    EventKind,
-    Job,
-    JobError,
-    JobStatus,
-)
+from ferryman.adapters import job_rows
 
-Row = dict[str, Any]
-
-
-def dump_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def job_params(job: Job) -> dict[str, Any]:
-    error = (
-        None
-        if job.error is None
-        else dump_json(
-            {
-                "code": job.error.code,
-                "class": str(job.error.failure_class),
-                "message": job.error.message,
-            }
-        )
-    )
-    return {
-        "job_id": job.job_id,
-        "tenant_id": job.tenant_id,
-        "idempotency_key": job.idempotency_key,
-        "request_hash": job.request_hash,
-        "task": job.task,
-        "model": job.model,
-        "input": dump_json(job.input),
-        "metadata": None if job.metadata is None else dump_json(job.metadata),
-        "payload_version": job.payload_version,
-        "status": str(job.status),
-        "dispatch_state": str(job.dispatch_state),
-        "attempt_count": job.attempt_count,
-        "failure_count": job.failure_count,
-        "invalid_output_count": job.invalid_output_count,
-        "fence": job.fence,
-        "attempt_id": job.attempt_id,
-        "worker_id": job.worker_id,
-        "lease_until": job.lease_until,
-        "not_before": job.not_before,
-        "cancel_requested": job.cancel_requested,
-        "result_ref": job.result_ref,
-        "error": error,
-        "traceparent": job.traceparent,
-        "correlation_id": job.correlation_id,
-        "created_at": job.created_at,
-        "updated_at": job.updated_at,
-        "completed_at": job.completed_at,
-        "revision": job.revision,
-        "event_seq": job.event_seq,
-        "deliveries_without_outcome": job.deliveries_without_outcome,
-        "fallback_level": job.fallback_level,
-    }
-
-
-def job_from_row(row: Row) -> Job:
-    error = None
-    if row["error"] is not None:
-        data = json.loads(row["error"])
-        error = JobError(
-            code=data["code"], failure_class=FailureClass(data["class"]), message=data["message"]
-        )
-    return Job(
-        tenant_id=row["tenant_id"],
-        job_id=row["job_id"],
-        task=row["task"],
-        model=row["model"],
-        input=json.loads(row["input"]),
-        request_hash=row["request_hash"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        correlation_id=row["correlation_id"],
-        idempotency_key=row["idempotency_key"],
-        metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
-        payload_version=row["payload_version"],
-        status=JobStatus(row["status"]),
-        dispatch_state=DispatchState(row["dispatch_state"]),
-        attempt_count=row["attempt_count"],
-        failure_count=row["failure_count"],
-        invalid_output_count=row["invalid_output_count"],
-        fence=row["fence"],
-        attempt_id=row["attempt_id"],
-        worker_id=row["worker_id"],
-        lease_until=row["lease_until"],
-        not_before=row["not_before"],
-        cancel_requested=row["cancel_requested"],
-        result_ref=row["result_ref"],
-        error=error,
-        traceparent=row["traceparent"],
-        completed_at=row["completed_at"],
-        revision=row["revision"],
-        event_seq=row["event_seq"],
-        deliveries_without_outcome=row["deliveries_without_outcome"],
-        fallback_level=row["fallback_level"],
-    )
+if TYPE_CHECKING:
+    from ferryman.core.job import AttemptReport
 
 
 def report_params(report: AttemptReport) -> dict[str, Any]:
-    return {
-        "outcome": str(report.outcome),
-        "failure_class": None if report.failure_class is None else str(report.failure_class),
-        "error_code": report.error_code,
-        "latency_ms": report.latency_ms,
-        "input_tokens": report.input_tokens,
-        "output_tokens": report.output_tokens,
-        "provider_request_id": report.provider_request_id,
-        "model": report.model,
-        "provider": report.provider,
-        "provider_model": report.provider_model,
-        "finish_reason": report.finish_reason,
-        "cost_nano_usd": report.cost_nano_usd,
-        "raw_output": _text(report.raw_output),
-    }
+    """The shared attempt columns, with raw output that PostgreSQL text can hold."""
+    params = job_rows.report_params(report)
+    params["raw_output"] = _text(report.raw_output)
+    return params
 
 
 def _text(value: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL, which a model's raw answer may: it is kept as
     U+FFFD (raw output is kept for debugging, never served as the result)."""
     return None if value is None else value.replace("\x00", "\ufffd")
-
-
-def attempt_from_row(row: Row) -> Attempt:
-    return Attempt(
-        job_id=row["job_id"],
-        attempt_no=row["attempt_no"],
-        attempt_id=row["attempt_id"],
-        worker_id=row["worker_id"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        outcome=None if row["outcome"] is None else AttemptOutcome(row["outcome"]),
-        failure_class=None if row["failure_class"] is None else FailureClass(row["failure_class"]),
-        error_code=row["error_code"],
-        latency_ms=row["latency_ms"],
-        input_tokens=row["input_tokens"],
-        output_tokens=row["output_tokens"],
-        provider_request_id=row["provider_request_id"],
-        tenant_id=row["tenant_id"],
-        task=row["task"],
-        model=row["model"],
-        provider=row["provider"],
-        provider_model=row["provider_model"],
-        finish_reason=row["finish_reason"],
-        cost_nano_usd=row["cost_nano_usd"],
-        raw_output=row["raw_output"],
-    )
-
-
-def event_from_row(row: Row) -> Event:
-    return Event(
-        job_id=row["job_id"],
-        seq=row["seq"],
-        at=row["at"],
-        kind=EventKind(row["kind"]),
-        detail=json.loads(row["detail"]),
-    )

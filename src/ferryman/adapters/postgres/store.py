@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.postgres import jobops
-from ferryman.adapters.postgres.rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ferryman.adapters.job_rows import dump_json, job_from_row, job_params, report_params
 from ferryman.adapters.sqlite import messages
-from ferryman.adapters.sqlite.rows import dump_json, job_from_row, job_params, report_params
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage

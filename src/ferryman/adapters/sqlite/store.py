@@ -6,8 +6,8 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.sqlite import jobops
-from ferryman.adapters.sqlite.rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import StoreUnavailableError
 from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow

@@ -1,9 +1,14 @@
-"""Rows to domain objects and back: the one place that knows the column layout."""
+"""Rows to domain objects and back: the one place that knows the column layout.
+
+SQLite and PostgreSQL share the layout, so both engines map rows here; a row is
+anything read by column name (``sqlite3.Row``, psycopg's dict rows). Booleans are
+bound as Python bools (SQLite stores them as 0/1).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -20,8 +25,9 @@ from ferryman.core.job import (
     JobStatus,
 )
 
-if TYPE_CHECKING:
-    import sqlite3
+
+class Row(Protocol):
+    def __getitem__(self, column: str, /) -> Any: ...
 
 
 def load_json(text: str) -> Any:
@@ -70,7 +76,7 @@ def job_params(job: Job) -> dict[str, Any]:
         "worker_id": job.worker_id,
         "lease_until": job.lease_until,
         "not_before": job.not_before,
-        "cancel_requested": int(job.cancel_requested),
+        "cancel_requested": job.cancel_requested,
         "result_ref": job.result_ref,
         "error": error,
         "traceparent": job.traceparent,
@@ -85,7 +91,7 @@ def job_params(job: Job) -> dict[str, Any]:
     }
 
 
-def job_from_row(row: sqlite3.Row) -> Job:
+def job_from_row(row: Row) -> Job:
     error = None
     if row["error"] is not None:
         data = json.loads(row["error"])
@@ -145,7 +151,7 @@ def report_params(report: AttemptReport) -> dict[str, Any]:
     }
 
 
-def attempt_from_row(row: sqlite3.Row) -> Attempt:
+def attempt_from_row(row: Row) -> Attempt:
     return Attempt(
         job_id=row["job_id"],
         attempt_no=row["attempt_no"],
@@ -171,7 +177,7 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
     )
 
 
-def event_from_row(row: sqlite3.Row) -> Event:
+def event_from_row(row: Row) -> Event:
     return Event(
         job_id=row["job_id"],
         seq=row["seq"],
