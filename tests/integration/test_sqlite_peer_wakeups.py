@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue
-from ferryman.adapters.sqlite.peers import MAX_SOCKET_PATH_BYTES, directory_for
+from ferryman.adapters.sqlite.peers import (
+    CANCELS,
+    MAX_SOCKET_PATH_BYTES,
+    PeerWakeups,
+    directory_for,
+)
 from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.clock import SystemClock
 from ferryman.core.ids import new_job_id
@@ -184,3 +189,24 @@ async def test_a_byte_of_an_unknown_kind_wakes_nothing(
     await asyncio.wait_for(watching, timeout=10)
     assert (worker.wakeup.generation, worker.cancel_wakeup.generation) == (seen[0], seen[1] + 1)
     receiving.cancel()
+
+
+async def test_a_peer_that_starts_listening_after_a_listing_hears_the_next_hint_at_once(
+    short_dir: Path,
+) -> None:
+    # The sender's periodic re-listing is pushed out of reach: only the directory's
+    # change can make it see the new peer. (A worker that starts after the api's last
+    # send, claims a job and is cancelled at once used to miss that cancel.)
+    directory = short_dir / "f.db-wake"
+    sender = PeerWakeups(directory, refresh_seconds=3600)
+    listener = PeerWakeups(directory, refresh_seconds=3600)
+    woken = asyncio.Event()
+    try:
+        assert sender.broadcast(kind=CANCELS) == 0  # nobody listens yet; listed now
+        assert listener.listen(woken.set, kind=CANCELS)
+
+        assert sender.broadcast(kind=CANCELS) == 1
+        await asyncio.wait_for(woken.wait(), timeout=10)
+    finally:
+        sender.close()
+        listener.close()

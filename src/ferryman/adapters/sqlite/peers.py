@@ -13,8 +13,10 @@ poll and the periodic check stay as the fallback (a full socket buffer, a peer t
 started after the sender last looked, a directory that cannot be made).
 
 A peer that died leaves its socket file behind; the first send to it is refused
-(ECONNREFUSED) and the file is removed. The directory is listed again at most every
-``refresh_seconds``, so a sender does not pay a directory listing per job.
+(ECONNREFUSED) and the file is removed. A sender lists the directory again when its
+modification time has changed since the last listing (a peer came or went: one stat
+per send, not a listing per job), and at least every ``refresh_seconds`` in case a
+peer bound its socket within the same clock tick as that listing.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class PeerWakeups:
         self._refresh_seconds = refresh_seconds
         self._peers: list[str] = []
         self._listed_at = float("-inf")
+        self._listed_mtime_ns: int | None = None
         self._sender: socket.socket | None = None
         self._listener: socket.socket | None = None
         self._own: str | None = None
@@ -154,8 +157,14 @@ class PeerWakeups:
 
     def _current_peers(self) -> list[str]:
         now = time.monotonic()
-        if now - self._listed_at >= self._refresh_seconds:
-            self._listed_at = now
+        try:
+            mtime_ns: int | None = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            mtime_ns = None
+        # A worker that bound its socket after the last listing must hear the very next
+        # hint: a cancel sent right after it claimed a job is not sent again.
+        if mtime_ns != self._listed_mtime_ns or now - self._listed_at >= self._refresh_seconds:
+            self._listed_at, self._listed_mtime_ns = now, mtime_ns
             try:
                 with os.scandir(self.directory) as entries:
                     names = [e.path for e in entries if e.name.endswith(SUFFIX)]
