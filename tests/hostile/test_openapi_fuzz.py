@@ -31,7 +31,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis.core.failures import FailureGroup
+from schemathesis.core.failures import AcceptedNegativeData, FailureGroup
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.openapi.checks import RejectedPositiveData
 
@@ -111,6 +111,19 @@ RELATIONS: dict[str, set[tuple[str, ...] | str]] = {
 INTEGRAL_FLOAT = "Input should be a valid integer"
 
 
+def refused_item_by_item(case: Case, status: int, text: str, failure: Exception) -> bool:
+    """A batch with an invalid job is still a 200: the contract answers each job on its
+    own, so the invalid one is a problem in its place among the results (and a valid
+    neighbour is not spoiled). Schemathesis, seeing a 200, calls that accepting invalid
+    data; it is tolerated when the answer holds a problem for some job."""
+    if case.operation.definition.raw.get("operationId") != "createGenerationBatch":
+        return False
+    if not isinstance(failure, AcceptedNegativeData) or status != 200:
+        return False
+    results = json.loads(text).get("results", [])
+    return any(isinstance(r, dict) and r.get("status", 0) >= 400 and "code" in r for r in results)
+
+
 def breaks_a_relation(case: Case, status: int, text: str, failure: Exception) -> bool:
     """Is this refusal of a schema-valid request one of RELATIONS, and nothing else?"""
     allowed = RELATIONS.get(str(case.operation.definition.raw.get("operationId")), set())
@@ -165,7 +178,8 @@ def test_every_answer_matches_the_document(start_server: Callable[..., Server]) 
             case.validate_response(response, headers=credentials)
         except FailureGroup as group:
             for failure in group.exceptions:
-                if not breaks_a_relation(case, response.status_code, response.text, failure):
+                seen = (case, response.status_code, response.text, failure)
+                if not (breaks_a_relation(*seen) or refused_item_by_item(*seen)):
                     where = f"{case.method} {case.path} -> {response.status_code}"
                     sent = f"{case.query} {case.headers} {str(case.body)[:300]}"
                     failures.setdefault(
