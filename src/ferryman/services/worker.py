@@ -97,6 +97,7 @@ class Worker:
         self._budget = TenantBudget(
             max_per_tenant=max(1, math.floor(concurrency * tenant_max_share)),
             in_flight=self._tenant_in_flight,
+            freed=asyncio.Event(),
         )
         self._runner = AttemptRunner(
             store=store,
@@ -241,6 +242,9 @@ class Worker:
 
     def _finished(self, task: asyncio.Task[Verdict]) -> None:
         tenant = self._running.pop(task)
+        if self._tenant_in_flight[tenant] >= self._budget.max_per_tenant and self._budget.freed:
+            # A receive waiting because this tenant held its share may take one more.
+            self._budget.freed.set()
         self._tenant_in_flight[tenant] -= 1
         if self._tenant_in_flight[tenant] <= 0:
             del self._tenant_in_flight[tenant]
