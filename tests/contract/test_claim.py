@@ -356,3 +356,17 @@ async def test_cancel_by_another_tenant_finds_nothing(engine, job_factory):
         await engine.store.request_cancel("gen_unknown", tenant_id="t1", now=engine.now())
 
     assert (await engine.store.get(job_id)).status is JobStatus.QUEUED
+
+
+async def test_get_many_reads_the_jobs_that_exist_as_get_would(engine, job_factory):
+    first, second = job_factory(), job_factory()
+    await engine.accept(first)
+    await engine.accept(second)
+    claimed = await engine.claim(first.job_id)
+
+    found = await engine.store.get_many([first.job_id, second.job_id, "job_missing"])
+
+    assert set(found) == {first.job_id, second.job_id}
+    assert found[first.job_id] == await engine.store.get(first.job_id) == claimed.job
+    assert found[second.job_id] == await engine.store.get(second.job_id)
+    assert await engine.store.get_many([]) == {}

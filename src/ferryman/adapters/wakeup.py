@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Protocol
+from asyncio import FIRST_COMPLETED
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,20 +59,27 @@ class Wakeup:
             with contextlib.suppress(RuntimeError):
                 waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
-    async def wait(self, *, since: int, timeout_seconds: float) -> None:
-        """Return on a notify after generation ``since``, or after the timeout."""
+    async def wait(
+        self, *, since: int, timeout_seconds: float, also: asyncio.Event | None = None
+    ) -> None:
+        """Return on a notify after generation ``since``, when ``also`` is set, or
+        after the timeout."""
         if self._peers is not None and not self._peers.listening:
             # Listen from the first wait: only a process that waits needs waking.
             self._peers.listen(self._notify_here)
-        if self._generation != since or timeout_seconds <= 0:
+        if self._generation != since or timeout_seconds <= 0 or (also and also.is_set()):
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
+        waiters: set[asyncio.Future[Any]] = {waiter}
+        if also is not None:
+            waiters.add(asyncio.ensure_future(also.wait()))
         try:
-            await asyncio.wait({waiter}, timeout=timeout_seconds)
+            await asyncio.wait(waiters, timeout=timeout_seconds, return_when=FIRST_COMPLETED)
         finally:
             self._waiters.discard(waiter)
-            waiter.cancel()
+            for each in waiters:
+                each.cancel()
 
     def close(self) -> None:
         if self._peers is not None:

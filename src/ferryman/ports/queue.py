@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from ferryman.core.job import PAYLOAD_VERSION
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Mapping
 
     from ferryman.core.job import Job
@@ -119,12 +120,16 @@ class DeadLetter:
 class TenantBudget:
     """How many deliveries one receiver lets each tenant hold at once.
 
-    ``in_flight`` is the receiver's live count per tenant (read at every look, so a
-    slot freed while a receive waits is seen at once).
+    ``in_flight`` is the receiver's live count per tenant, read at every look. A
+    receive that found every waiting tenant at its share looks again when ``freed``
+    is set (the receiver sets it as a tenant at its share lets a delivery go), not
+    only when a message is sent or its poll comes round: otherwise a worker whose
+    one busy tenant holds its share idles its other slots until the next poll.
     """
 
     max_per_tenant: int
     in_flight: Mapping[str, int]
+    freed: asyncio.Event | None = None
 
     def allowance(self, tenant_id: str) -> int:
         return max(0, self.max_per_tenant - self.in_flight.get(tenant_id, 0))

@@ -185,6 +185,10 @@ class JobStore(Protocol):
         """Which of these jobs still exist."""
         ...
 
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        """The jobs that exist among these, by id, in one read (a worker's receive batch)."""
+        ...
+
     async def ping(self, *, write: bool = False) -> None:
         """Raise StoreUnavailableError when the store cannot be read (or, with
         ``write``, cannot take a durable write now)."""

@@ -40,7 +40,7 @@ from ferryman.services.failures import judge_failure
 from ferryman.services.pauses import ProviderPauses
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from ferryman.core.clock import Clock
     from ferryman.core.lease import LeasePolicy
@@ -121,7 +121,9 @@ class DeliveryHandler:
         self._settings = settings
         self._failpoints = failpoints
 
-    async def handle(self, delivery: Delivery) -> Verdict:
+    async def handle(self, delivery: Delivery, read: Mapping[str, Job] | None = None) -> Verdict:
+        """``read``: the jobs of this delivery's receive batch, read together by the
+        worker (a job absent from it does not exist); None reads this one alone."""
         self._failpoints.hit("after_receive")
         message = delivery.message
         if message.payload_version not in SUPPORTED_PAYLOAD_VERSIONS:
@@ -129,7 +131,10 @@ class DeliveryHandler:
             metrics.UNKNOWN_PAYLOADS.inc()
             await self._hide(delivery, self._settings.lease.visibility_timeout_seconds)
             return Verdict.DEFERRED
-        job = await self._store.get(message.job_id)
+        if read is None:
+            job = await self._store.get(message.job_id)
+        else:
+            job = read.get(message.job_id)
         if job is None or job.status.terminal:
             return await self._ack_duplicate(delivery, job)
         now = self._clock.now()

@@ -381,6 +381,9 @@ class JobLedger:
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
         return await self._store.get(job_id, tenant_id=tenant_id)
 
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        return await self._store.get_many(job_ids)
+
     async def list_jobs(
         self,
         *,

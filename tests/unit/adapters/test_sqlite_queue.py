@@ -194,3 +194,31 @@ async def test_an_unknown_payload_version_is_delivered_for_a_worker_that_knows_i
 
     [letter] = await queue.receive_dead_letters(max_messages=10)
     assert (letter.message.job_id, letter.reason) == ("gen_future", "max_receives")
+
+
+async def test_a_receive_held_back_by_a_tenants_share_looks_again_when_a_slot_frees(
+    db, clock
+) -> None:
+    """Not at the next poll: a worker whose one tenant holds its share would idle."""
+    from collections import Counter
+
+    from ferryman.ports.queue import TenantBudget
+
+    queue = SqliteJobQueue(db, clock=clock, poll_interval_seconds=5.0)
+    await queue.send(_message())
+    held = Counter({"t1": 1})
+    budget = TenantBudget(max_per_tenant=1, in_flight=held, freed=asyncio.Event())
+    receiving = asyncio.create_task(
+        queue.receive(max_messages=1, visibility_timeout_seconds=30, wait_seconds=5, budget=budget)
+    )
+    await asyncio.sleep(0.1)
+    assert not receiving.done()  # the tenant holds its share: nothing for it yet
+
+    started = time.monotonic()
+    held["t1"] = 0
+    assert budget.freed is not None
+    budget.freed.set()
+    [delivery] = await asyncio.wait_for(receiving, timeout=2)
+
+    assert delivery.message.tenant_id == "t1"
+    assert time.monotonic() - started < 1.0

@@ -578,3 +578,35 @@ async def test_a_result_is_stored_as_compact_utf8_json(make_world) -> None:
     assert json.loads(stored) == (await world.jobs.get("t1", job.job_id)).result
     assert "héllo wörld".encode() in stored
     assert b'", "' not in stored and b'": ' not in stored
+
+
+async def test_a_receive_batch_reads_its_jobs_once_and_a_missing_job_is_a_duplicate(
+    make_world,
+) -> None:
+    world = make_world()
+    jobs = [await world.submit(f"job {i}") for i in range(3)]
+    ghost = QueueMessage(job_id="job_gone", tenant_id="t1")
+    await world.queue.send(ghost)
+    reads: list[int] = []
+    single_reads: list[str] = []
+    get_many, get = world.store.get_many, world.store.get
+
+    async def counted_get_many(job_ids):
+        reads.append(len(job_ids))
+        return await get_many(job_ids)
+
+    async def counted_get(job_id, **kwargs):
+        single_reads.append(job_id)
+        return await get(job_id, **kwargs)
+
+    world.store.get_many = counted_get_many
+    world.store.get = counted_get
+
+    assert await world.worker().run_until_idle() == 4
+
+    assert reads == [4]
+    assert single_reads == []  # no delivery read its own job before claiming it
+    for job in jobs:
+        assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+    stats = await world.queue.stats()
+    assert (stats.visible, stats.in_flight) == (0, 0)  # the ghost's message was acked

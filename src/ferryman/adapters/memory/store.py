@@ -205,6 +205,9 @@ class InMemoryJobStore:
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return {job_id for job_id in job_ids if job_id in self._jobs}
 
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        return {job_id: self._jobs[job_id] for job_id in job_ids if job_id in self._jobs}
+
     async def ping(self, *, write: bool = False) -> None:
         return None
 

@@ -172,6 +172,9 @@ WHERE cancel_requested AND status = 'PROCESSING' AND job_id = ANY(%(job_ids)s::t
 -- transaction that asks a running attempt to stop commits.
 SELECT pg_notify('ferryman_cancels', '');
 
+-- name: get_jobs
+SELECT * FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
+
 -- name: existing_jobs
 SELECT job_id FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 

@@ -105,10 +105,12 @@ async def receive(
             break
         taken += picked
         before = len(delivered)
+        readable: list[tuple[Row, QueueMessage]] = []
         for row in await _lock(conn, picked, request.now):
-            delivery = await _deliver_or_dead_letter(conn, row, request)
-            if delivery is not None:
-                delivered.append(delivery)
+            message = await _readable_or_dead_letter(conn, row, request)
+            if message is not None:
+                readable.append((row, message))
+        delivered += await _deliver(conn, readable, request)
         if len(delivered) - before == len(picked):
             break  # every pick delivered: the batch is full or nothing else is visible
     return delivered
@@ -121,9 +123,10 @@ async def _lock(conn: psycopg.AsyncConnection[Any], ids: list[str], now: float) 
     return sorted(rows, key=lambda row: order[row["id"]])
 
 
-async def _deliver_or_dead_letter(
+async def _readable_or_dead_letter(
     conn: psycopg.AsyncConnection[Any], row: Row, request: ReceiveRequest
-) -> Delivery | None:
+) -> QueueMessage | None:
+    """The row's message, or None when it went to the dead letters instead."""
     try:
         message = QueueMessage.from_body(row["body"])
     except ValueError:
@@ -132,7 +135,7 @@ async def _deliver_or_dead_letter(
     if row["receive_count"] >= request.max_receives:
         await dead_letter(conn, row["id"], now=request.now, job_id=message.job_id)
         return None
-    return await _deliver(conn, row, message, request)
+    return message
 
 
 async def _fair_pick(
@@ -218,25 +221,33 @@ async def _tenants_to_look_at(
 
 
 async def _deliver(
-    conn: psycopg.AsyncConnection[Any], row: Row, message: QueueMessage, request: ReceiveRequest
-) -> Delivery:
-    token = secrets.token_hex(8)
+    conn: psycopg.AsyncConnection[Any],
+    readable: list[tuple[Row, QueueMessage]],
+    request: ReceiveRequest,
+) -> list[Delivery]:
+    """Hide the messages and give each a new receipt, all in one statement."""
+    if not readable:
+        return []
+    tokens = [secrets.token_hex(8) for _ in readable]
     await execute(
         conn,
         QUEUE["mark_received"],
         {
-            "id": row["id"],
+            "ids": [row["id"] for row, _ in readable],
+            "tokens": tokens,
             "visible_at": request.now + max(0.0, request.visibility_timeout_seconds),
-            "token": token,
             "now": request.now,
         },
     )
-    return Delivery(
-        message=message,
-        receipt=f"{row['id']}.{token}",
-        receive_count=row["receive_count"] + 1,
-        sent_at=row["sent_at"],
-    )
+    return [
+        Delivery(
+            message=message,
+            receipt=f"{row['id']}.{token}",
+            receive_count=row["receive_count"] + 1,
+            sent_at=row["sent_at"],
+        )
+        for (row, message), token in zip(readable, tokens, strict=True)
+    ]
 
 
 async def dead_letter(

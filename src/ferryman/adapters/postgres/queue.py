@@ -61,6 +61,9 @@ class PostgresJobQueue:
         polling = False
         while True:
             since = self._db.wakeup.generation
+            freed = None if budget is None else budget.freed
+            if freed is not None:
+                freed.clear()  # before the look: a slot freed during it wakes the wait
             deliveries = await self._take(
                 max_messages, visibility_timeout_seconds, budget=budget, polling=polling
             )
@@ -68,7 +71,9 @@ class PostgresJobQueue:
             if deliveries or remaining <= 0:
                 return deliveries
             await self._db.wakeup.wait(
-                since=since, timeout_seconds=min(remaining, self._poll_interval_seconds)
+                since=since,
+                timeout_seconds=min(remaining, self._poll_interval_seconds),
+                also=freed,
             )
             # Woken by a send: go straight for it. Woken by the poll's timer: look first.
             polling = self._db.wakeup.generation == since

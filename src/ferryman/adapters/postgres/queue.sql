@@ -61,12 +61,14 @@ FOR UPDATE SKIP LOCKED;
 SELECT 1 WHERE (SELECT MIN(visible_at) FROM messages) <= %(now)s;
 
 -- name: mark_received
-UPDATE messages SET
+-- Every message one receive delivers, in one statement: each gets its own token.
+UPDATE messages AS m SET
     visible_at = %(visible_at)s,
-    receive_count = receive_count + 1,
-    receipt_token = %(token)s,
-    first_received_at = COALESCE(first_received_at, %(now)s)
-WHERE id = %(id)s;
+    receive_count = m.receive_count + 1,
+    receipt_token = r.token,
+    first_received_at = COALESCE(m.first_received_at, %(now)s)
+FROM unnest(%(ids)s::text[], %(tokens)s::text[]) AS r(id, token)
+WHERE m.id = r.id;
 
 -- name: dead_letter
 -- Moves the message: it leaves the queue in the statement that files it.

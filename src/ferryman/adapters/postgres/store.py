@@ -121,6 +121,13 @@ class PostgresJobStore:
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._job_ids("existing_jobs", job_ids)
 
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        if not job_ids:
+            return {}
+        rows = await self._db.fetch_all(JOBS["get_jobs"], {"job_ids": list(job_ids)})
+        jobs = (job_from_row(row) for row in rows)
+        return {job.job_id: job for job in jobs}
+
     async def _job_ids(self, block: str, job_ids: Collection[str]) -> set[str]:
         if not job_ids:
             return set()

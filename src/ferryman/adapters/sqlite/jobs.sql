@@ -141,6 +141,9 @@ SELECT job_id FROM jobs
 WHERE cancel_requested = 1 AND status = 'PROCESSING'
   AND job_id IN (SELECT value FROM json_each(:job_ids));
 
+-- name: get_jobs
+SELECT * FROM jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+
 -- name: existing_jobs
 SELECT job_id FROM jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
 

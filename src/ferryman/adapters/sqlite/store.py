@@ -137,6 +137,11 @@ class SqliteJobStore:
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._db.read(partial(_job_ids, block="existing_jobs", job_ids=job_ids))
 
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        if not job_ids:
+            return {}
+        return await self._db.read(partial(_jobs, job_ids=job_ids))
+
     async def usage(self, tenant_id: str) -> TenantUsage:
         def op(conn: sqlite3.Connection) -> TenantUsage:
             row = conn.execute(JOBS["tenant_usage"], {"tenant_id": tenant_id}).fetchone()
@@ -194,6 +199,12 @@ class SqliteJobStore:
 
 def _select_jobs(conn: sqlite3.Connection, *, query: str, params: dict[str, Any]) -> list[Job]:
     return [job_from_row(row) for row in conn.execute(query, params).fetchall()]
+
+
+def _jobs(conn: sqlite3.Connection, *, job_ids: Collection[str]) -> dict[str, Job]:
+    rows = conn.execute(JOBS["get_jobs"], {"job_ids": json.dumps(list(job_ids))}).fetchall()
+    jobs = (job_from_row(row) for row in rows)
+    return {job.job_id: job for job in jobs}
 
 
 def _job_ids(conn: sqlite3.Connection, *, block: str, job_ids: Collection[str]) -> set[str]:
