@@ -50,14 +50,6 @@ RETRY_SECONDS = 90
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
-def require_service(name: str, reason: str) -> NoReturn:
-    """A missing service skips the test locally, with a reason, and fails it under CI=true."""
-    message = f"{name} is not available: {reason}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -487,7 +479,9 @@ def _server_answers(server: str) -> str | None:
 
 
 @pytest.fixture
-def postgres_database() -> Iterator[PostgresDatabase]:
+def postgres_database(
+    require_service: Callable[[str, str], NoReturn],
+) -> Iterator[PostgresDatabase]:
     """A fresh database on the test server, dropped (its sessions ended) after the test."""
     import psycopg
 
@@ -534,7 +528,9 @@ def _local_cluster(server: str) -> tuple[str, str] | None:
 
 
 @contextmanager
-def _restartable(server: str) -> Iterator[Callable[[], None]]:
+def _restartable(
+    server: str, require_service: Callable[[str, str], NoReturn]
+) -> Iterator[Callable[[], None]]:
     cluster = _local_cluster(server)
     if cluster is None:
         require_service(
@@ -573,10 +569,12 @@ def _restartable(server: str) -> Iterator[Callable[[], None]]:
 
 
 @pytest.fixture
-def restart_postgres(postgres_database: PostgresDatabase) -> Iterator[Callable[[], None]]:
+def restart_postgres(
+    postgres_database: PostgresDatabase, require_service: Callable[[str, str], NoReturn]
+) -> Iterator[Callable[[], None]]:
     """Restarts the local server (fast shutdown: every session ends) and waits until it
     answers again; the server is left running even when the test fails."""
-    with _restartable(postgres_database.server) as restart:
+    with _restartable(postgres_database.server, require_service) as restart:
         yield restart
 
 

@@ -2,7 +2,7 @@
 
 Add an engine by adding an async context manager to ENGINES: it imports its
 adapters inside its body (so the memory case never waits on a server) and calls
-require_service() when a server it needs is missing, which skips locally and
+the ``require_service`` fixture (tests/conftest.py) when a server it needs is missing, which skips locally and
 fails under CI=true. An engine that cannot be built otherwise makes the test
 error, never skip.
 
@@ -56,14 +56,6 @@ def facts() -> Callable[[Job | None], Job | None]:
     """The job without its bookkeeping (revision, event_seq): what a change that
     "leaves the job alone" must leave alone."""
     return _facts
-
-
-def require_service(name: str, reason: str) -> NoReturn:
-    """A missing service skips the test locally, with a reason, and fails it under CI=true."""
-    message = f"{name} is not available: {reason}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @dataclass
@@ -207,7 +199,7 @@ def _database_url(server_url: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> str:
+def postgres_server(require_service: Callable[[str, str], NoReturn]) -> str:
     """The URL of the test server (its maintenance database), once it answers.
     Requested only by the PostgreSQL cases, so the others never wait on a server."""
     import psycopg

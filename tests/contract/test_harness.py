@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import ENGINES, require_service
+from .conftest import ENGINES
 
 
-def test_a_missing_service_skips_locally(monkeypatch):
+def test_a_missing_service_skips_locally(monkeypatch, require_service):
     monkeypatch.delenv("CI", raising=False)
 
     with pytest.raises(pytest.skip.Exception, match="postgres"):
         require_service("postgres", "no server on localhost:5432")
 
 
-def test_a_missing_service_fails_under_ci(monkeypatch):
+def test_a_missing_service_fails_under_ci(monkeypatch, require_service):
     monkeypatch.setenv("CI", "true")
 
     with pytest.raises(pytest.fail.Exception, match="no server"):

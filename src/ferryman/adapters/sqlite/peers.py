@@ -109,6 +109,9 @@ class PeerWakeups:
             loop = asyncio.get_running_loop()
             loop.add_reader(sock.fileno(), self._drain, sock, self._handlers)
         except (OSError, NotImplementedError) as exc:
+            # OSError: the directory or socket cannot be made here (read-only, no unix
+            # sockets). NotImplementedError: a loop without add_reader (Windows'
+            # proactor). Either way this process keeps to the poll (off_reason says why).
             sock.close()
             self._give_up(type(exc).__name__)
             return False
