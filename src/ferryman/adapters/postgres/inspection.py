@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.adapters.postgres.migrations import applied_version
+from ferryman.adapters.postgres.sql import ADMIN
 from ferryman.core.errors import StoreUnavailableError
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -43,12 +44,7 @@ async def inspect(url: str) -> Inspection:
 
 
 async def _why_unwritable(conn: psycopg.AsyncConnection[Any], *, migrated: bool) -> str | None:
-    cursor = await conn.execute(
-        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on', "
-        "current_user, has_schema_privilege(current_schema(), 'CREATE'), "
-        "CASE WHEN %s THEN has_table_privilege('jobs', 'INSERT, UPDATE, DELETE') END",
-        (migrated,),
-    )
+    cursor = await conn.execute(ADMIN["why_unwritable"], {"migrated": migrated})
     row = await cursor.fetchone()
     assert row is not None
     in_recovery, read_only, user, may_create, may_write = row
@@ -88,7 +84,7 @@ async def create_database(url: str) -> bool:
                 connect_timeout=CONNECT_TIMEOUT_SECONDS,
             ) as conn:
                 await conn.execute(
-                    sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(dbname)))
+                    sql.SQL(ADMIN["create_database"]).format(database=sql.Identifier(str(dbname)))
                 )
         except pg_errors.DuplicateDatabase:
             return False

@@ -25,6 +25,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
+from ferryman.adapters.postgres.sql import ADMIN
 from ferryman.adapters.wakeup import Wakeup
 
 log = structlog.get_logger("ferryman.postgres")
@@ -78,7 +79,7 @@ class Listener:
         conn = await psycopg.AsyncConnection.connect(self._url, **self._connect_kwargs)
         async with conn:
             for channel in self._wakeups:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                await conn.execute(sql.SQL(ADMIN["listen"]).format(channel=sql.Identifier(channel)))
             self.connected = True
             # Whatever was sent while nobody listened is looked for now.
             for wakeup in self._wakeups.values():

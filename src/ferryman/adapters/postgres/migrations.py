@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.postgres.sql import SQL_PACKAGE
+from ferryman.adapters.postgres.sql import ADMIN, SQL_PACKAGE
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
@@ -26,14 +26,6 @@ if TYPE_CHECKING:
 _FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
 # Any fixed number, the same in every process: the lock migrations take turns on.
 MIGRATION_LOCK_ID = 0x66_65_72_72_79  # "ferry"
-
-_LEDGER = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    applied_at double precision NOT NULL
-)
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +67,11 @@ def latest_version() -> int:
 
 async def applied_version(conn: psycopg.AsyncConnection[Any]) -> int:
     """The schema version of a database: 0 for one ferryman never migrated."""
-    cursor = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    cursor = await conn.execute(ADMIN["ledger_exists"])
     row = await cursor.fetchone()
     if row is None or not row[0]:
         return 0
-    cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+    cursor = await conn.execute(ADMIN["schema_version"])
     row = await cursor.fetchone()
     return 0 if row is None else int(row[0])
 
@@ -88,7 +80,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
     """Apply every pending migration in one locked transaction; the versions applied."""
     migrations = available()
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
+        await conn.execute(ADMIN["lock_migrations"], {"lock_id": MIGRATION_LOCK_ID})
         current = await applied_version(conn)
         if current > len(migrations):
             raise SchemaTooNewError(
@@ -98,13 +90,13 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
         applied: list[int] = []
         if current == len(migrations):
             return applied  # up to date: nothing written (a read-only server opens too)
-        await conn.execute(_LEDGER)
+        await conn.execute(ADMIN["create_ledger"])
         for migration in migrations[current:]:
             # A whole file in one call: the simple query protocol runs every statement.
             await conn.execute(migration.sql.encode("utf-8"), prepare=False)
             await conn.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
-                (migration.version, migration.name, time.time()),
+                ADMIN["record_migration"],
+                {"version": migration.version, "name": migration.name, "applied_at": time.time()},
             )
             applied.append(migration.version)
     return applied
