@@ -78,3 +78,15 @@ def test_a_server_command_without_its_extra_names_the_extra_to_install(
         assert f"pip install '{extra}'" in capsys.readouterr().err
     with pytest.raises(ModuleNotFoundError):  # our own bug is never dressed up as setup
         needs_server(missing)("ferryman.nowhere")
+
+
+def test_a_missing_database_file_names_where_relative_paths_start_a_server_url_does_not() -> None:
+    from pathlib import Path
+
+    from ferryman.cli.common import no_database_message
+
+    file_hint = no_database_message("./ferryman.db")
+    url_hint = no_database_message("postgresql://u@h:5432/nosuch")
+
+    assert "FERRYMAN_DATABASE_URL" in file_hint and str(Path.cwd()) in file_hint
+    assert url_hint == ("no database at postgresql://u@h:5432/nosuch: check FERRYMAN_DATABASE_URL")

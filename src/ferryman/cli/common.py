@@ -128,12 +128,20 @@ async def existing_database(s: Settings) -> AsyncIterator[Runtime]:
     check_urls(s)  # a bad URL is a configuration error (exit 2) before anything else
     probe = await probe_database(s)
     if not probe.exists:
-        fail(
-            f"no database at {probe.path}: check FERRYMAN_DATABASE_URL (a relative path is "
-            f"taken from the working directory, {Path.cwd()})"
-        )
+        fail(no_database_message(probe.path))
     async with open_runtime(s, create=False) as runtime:
         yield runtime
+
+
+def no_database_message(location: str) -> str:
+    """What to check when the configured database is not there: for a file, where a
+    relative path is taken from; for a server URL, only the URL."""
+    where = (
+        ""
+        if "://" in location
+        else (f" (a relative path is taken from the working directory, {Path.cwd()})")
+    )
+    return f"no database at {location}: check FERRYMAN_DATABASE_URL{where}"
 
 
 def print_json(value: Any) -> None:

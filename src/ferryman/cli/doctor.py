@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
+from ferryman.cli.common import no_database_message
 from ferryman.config import unknown_variables
 from ferryman.core.errors import FerrymanError
 from ferryman.services.catalog import provider_reports
@@ -188,9 +189,7 @@ def _database_checks(probe: DatabaseProbe) -> list[Check]:
                 rule,
                 probe.path,
                 False,
-                f"no database at {probe.path}: check FERRYMAN_DATABASE_URL (a relative path "
-                f"is taken from the working directory, {Path.cwd()}); "
-                "`ferryman migrate` creates a new one",
+                f"{no_database_message(probe.path)}; `ferryman migrate` creates a new one",
             )
         ]
     if probe.schema_version is None:
