@@ -164,6 +164,15 @@ class Worker:
             await watcher
             log.info("worker.stopped", worker_id=self.worker_id)
 
+    async def _paused_or_unreadable(self) -> bool:
+        """Are workers paused? A switch that cannot be read (the database is away) counts
+        as paused for now: the worker waits and looks again, it does not stop."""
+        try:
+            return Switch.WORKERS in await self._control.paused()
+        except Exception as exc:  # noqa: BLE001 - an outage must not kill the worker
+            log.warning("worker.pause_check_failed", **describe_exception(exc))
+            return True
+
     async def run_until_idle(self, *, max_rounds: int = 10_000) -> int:
         """Receive and finish work until the queue has nothing visible (tests, benchmarks)."""
         handled = 0
@@ -189,7 +198,7 @@ class Worker:
                 await self._wait_for_slot_or(stop)
                 continue
             if loop.time() >= paused_until:
-                if Switch.WORKERS in await self._control.paused():
+                if await self._paused_or_unreadable():
                     await _wait_or(stop, PAUSE_CHECK_SECONDS)
                     continue
                 paused_until = loop.time() + PAUSE_CHECK_SECONDS

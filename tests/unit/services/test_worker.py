@@ -610,3 +610,34 @@ async def test_a_receive_batch_reads_its_jobs_once_and_a_missing_job_is_a_duplic
         assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
     stats = await world.queue.stats()
     assert (stats.visible, stats.in_flight) == (0, 0)  # the ghost's message was acked
+
+
+async def test_a_pause_switch_the_store_cannot_read_makes_the_worker_wait_not_stop(
+    make_world, monkeypatch
+) -> None:
+    from ferryman.core.errors import StoreUnavailableError
+
+    world = make_world()
+    job = await world.submit("x")
+    real = world.control.paused
+    failures = 2
+
+    async def flaky():
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise StoreUnavailableError("postgresql: server closed the connection")
+        return await real()
+
+    monkeypatch.setattr(world.control, "paused", flaky)
+    stop = asyncio.Event()
+    running = asyncio.create_task(world.worker().run(stop))
+    for _ in range(500):
+        if (await world.job(job.job_id)).status is JobStatus.SUCCEEDED:
+            break
+        assert not running.done(), running.exception()
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    assert failures == 0
+    assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
