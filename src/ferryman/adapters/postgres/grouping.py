@@ -4,10 +4,19 @@ A commit waits for the server's WAL flush, whose cost hardly depends on how much
 covers, so one transaction per write caps a process at about one write per flush.
 Callers hand ``GroupCommit.run`` an operation (a coroutine function over a
 connection); while a batch is committing, new operations wait, and the next batch
-takes all of them (up to ``max_batch``). Each operation runs inside a SAVEPOINT of
-its own, so one that fails (a conflict, a constraint) is rolled back alone and only
-its caller gets the error; the others still commit. An outage (StoreUnavailableError)
-fails the whole batch: nothing in it committed, and every caller is told so.
+takes all of them (up to ``max_batch``).
+
+A batch first runs its operations one after another in one transaction with no
+savepoint: nearly every write succeeds (a change that lost its race returns False,
+an insert that finds its row returns 0 rows; neither raises), and a SAVEPOINT and
+its RELEASE were two more round trips for each. If any operation raises (a conflict,
+a key mismatch, any error but an outage), that transaction is rolled back, nothing
+of it committed, and the batch runs again with each operation inside a SAVEPOINT of
+its own, so the failing one is rolled back alone and only its caller gets the error;
+the others still commit. An operation is therefore run twice in that case: it must
+do nothing but statements on the connection it is given (all of which the rollback
+undoes). An outage (StoreUnavailableError) fails the whole batch: nothing in it
+committed, and every caller is told so.
 
 A batch of one runs without a savepoint (its transaction is its own). ``lanes``
 batches may be in flight at once, each on its own pooled connection. A caller
@@ -26,7 +35,7 @@ from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     import psycopg
@@ -45,6 +54,10 @@ GROUP_LANES = 1
 class _Pending:
     operation: Operation
     future: asyncio.Future[Any]
+
+
+class _RunApartError(Exception):
+    """Leaves a batch run without savepoints (rolling it back): one operation raised."""
 
 
 class _BatchFailedError(Exception):
@@ -75,6 +88,8 @@ class GroupCommit:
         self._active = 0
         self.batches = 0
         self.operations = 0
+        # Batches run again with a savepoint per operation because one raised.
+        self.reruns = 0
 
     async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
         """Run ``operation`` in the next batch's transaction; its value once committed."""
@@ -108,14 +123,12 @@ class GroupCommit:
             self._active -= 1
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        outcomes: list[tuple[Any, BaseException | None]] = []
         try:
-            async with self._transaction() as conn:
-                if len(batch) == 1:
-                    outcomes.append((await batch[0].operation(conn), None))
-                else:
-                    for item in batch:
-                        outcomes.append(await _in_savepoint(conn, item.operation))
+            try:
+                outcomes = await self._run_together(batch)
+            except _RunApartError:
+                self.reruns += 1
+                outcomes = await self._run_apart(batch)
         except _BatchFailedError as failed:
             outcomes = [(None, failed.cause)] * len(batch)
         except Exception as exc:  # noqa: BLE001 - the commit (or a lone operation) failed
@@ -128,6 +141,38 @@ class GroupCommit:
             raise
         self.batches += 1
         self.operations += len(batch)
+        self._settle(batch, outcomes)
+
+    async def _run_together(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
+        """Every operation in one transaction, no savepoints; _RunApartError (the
+        transaction rolled back) when one of several raised anything but an outage."""
+        outcomes: list[tuple[Any, Exception | None]] = []
+        async with self._transaction() as conn:
+            if len(batch) == 1:
+                outcomes.append((await batch[0].operation(conn), None))
+            else:
+                for item in batch:
+                    try:
+                        with translate_errors():
+                            value = await item.operation(conn)
+                    except StoreUnavailableError as exc:
+                        raise _BatchFailedError(exc) from exc
+                    except Exception as exc:
+                        raise _RunApartError from exc
+                    outcomes.append((value, None))
+        return outcomes
+
+    async def _run_apart(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
+        outcomes: list[tuple[Any, Exception | None]] = []
+        async with self._transaction() as conn:
+            for item in batch:
+                outcomes.append(await _in_savepoint(conn, item.operation))
+        return outcomes
+
+    @staticmethod
+    def _settle(
+        batch: list[_Pending], outcomes: Sequence[tuple[Any, BaseException | None]]
+    ) -> None:
         for item, (value, error) in zip(batch, outcomes, strict=True):
             if item.future.cancelled():
                 continue
