@@ -18,6 +18,12 @@ do nothing but statements on the connection it is given (all of which the rollba
 undoes). An outage (StoreUnavailableError) fails the whole batch: nothing in it
 committed, and every caller is told so.
 
+An operation may be a ``Statement``: one statement whose value is read from its
+result. A batch's statements are sent together in one pipeline after its other
+operations, and their results read after one sync: a batch of statements costs its
+BEGIN, one round trip and its COMMIT, however many it holds (the order of writes
+within a batch is free: their callers were all waiting at once).
+
 A batch of one runs without a savepoint (its transaction is its own). ``lanes``
 batches may be in flight at once, each on its own pooled connection. A caller
 cancelled before its batch starts is left out of it; one cancelled later still has
@@ -29,13 +35,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     import psycopg
@@ -44,10 +50,31 @@ if TYPE_CHECKING:
     Operation = Callable[[Connection], Awaitable[Any]]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 # Each savepoint that writes takes a subtransaction id; past 64 in one transaction the
 # server's per-backend cache overflows and every session's snapshots get slower.
 GROUP_MAX_BATCH = 64
 GROUP_LANES = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Statement(Generic[T_co]):
+    """One statement as an operation: ``outcome`` makes its value from the rows it
+    changed and the first row it returned (None if none), and may raise."""
+
+    query: str
+    params: Mapping[str, Any]
+    outcome: Callable[[int, tuple[Any, ...] | None], T_co]
+    returns_row: bool = False
+
+    async def __call__(self, conn: Connection) -> T_co:
+        cursor = conn.cursor()
+        await cursor.execute(self.query, self.params)
+        return await self._read(cursor)
+
+    async def _read(self, cursor: psycopg.AsyncCursor[Any]) -> T_co:
+        row = await cursor.fetchone() if self.returns_row else None
+        return self.outcome(cursor.rowcount, row)
 
 
 @dataclass(slots=True)
@@ -91,7 +118,7 @@ class GroupCommit:
         # Batches run again with a savepoint per operation because one raised.
         self.reruns = 0
 
-    async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
+    async def run(self, operation: Callable[[Connection], Awaitable[T]] | Statement[T]) -> T:
         """Run ``operation`` in the next batch's transaction; its value once committed."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(operation, future))
@@ -146,21 +173,28 @@ class GroupCommit:
     async def _run_together(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
         """Every operation in one transaction, no savepoints; _RunApartError (the
         transaction rolled back) when one of several raised anything but an outage."""
-        outcomes: list[tuple[Any, Exception | None]] = []
+        if len(batch) == 1:
+            async with self._transaction() as conn:
+                return [(await batch[0].operation(conn), None)]
+        values: dict[int, Any] = {}
+        statements = [
+            (i, item.operation)
+            for i, item in enumerate(batch)
+            if isinstance(item.operation, Statement)
+        ]
         async with self._transaction() as conn:
-            if len(batch) == 1:
-                outcomes.append((await batch[0].operation(conn), None))
-            else:
-                for item in batch:
-                    try:
-                        with translate_errors():
-                            value = await item.operation(conn)
-                    except StoreUnavailableError as exc:
-                        raise _BatchFailedError(exc) from exc
-                    except Exception as exc:
-                        raise _RunApartError from exc
-                    outcomes.append((value, None))
-        return outcomes
+            try:
+                with translate_errors():
+                    for i, item in enumerate(batch):
+                        if not isinstance(item.operation, Statement):
+                            values[i] = await item.operation(conn)
+                    if statements:
+                        values.update(await _pipelined(conn, statements))
+            except StoreUnavailableError as exc:
+                raise _BatchFailedError(exc) from exc
+            except Exception as exc:
+                raise _RunApartError from exc
+        return [(values[i], None) for i in range(len(batch))]
 
     async def _run_apart(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
         outcomes: list[tuple[Any, Exception | None]] = []
@@ -180,6 +214,23 @@ class GroupCommit:
                 item.future.set_exception(error)
             else:
                 item.future.set_result(value)
+
+
+async def _pipelined(
+    conn: Connection, statements: list[tuple[int, Statement[Any]]]
+) -> dict[int, Any]:
+    """Send every statement, then read every result after one sync."""
+    async with conn.pipeline() as pipeline:
+        cursors = []
+        for _, statement in statements:
+            cursor = conn.cursor()
+            await cursor.execute(statement.query, statement.params)
+            cursors.append(cursor)
+        await pipeline.sync()
+        return {
+            i: await statement._read(cursor)
+            for (i, statement), cursor in zip(statements, cursors, strict=True)
+        }
 
 
 async def _in_savepoint(conn: Connection, operation: Operation) -> tuple[Any, Exception | None]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ferryman.adapters.job_rows import dump_json, job_from_row, job_params
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
+from ferryman.adapters.postgres.grouping import Statement
 from ferryman.adapters.postgres.rows import report_params
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
@@ -28,6 +29,117 @@ if TYPE_CHECKING:
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Job
+
+
+# One statement each (jobs.sql): the job row, then everything the change brings.
+_UPDATE_CHANGE = JOBS["written_by_update"] + "\n" + JOBS["change_consequences"]
+_INSERT_CHANGE = JOBS["written_by_insert"] + "\n" + JOBS["change_consequences"]
+_NO_ENDING: dict[str, Any] = {
+    f"c_{name}": None
+    for name in (
+        "attempt_id",
+        "ended_at",
+        "replaces_abandoned",
+        "outcome",
+        "failure_class",
+        "error_code",
+        "latency_ms",
+        "input_tokens",
+        "output_tokens",
+        "provider_request_id",
+        "model",
+        "provider",
+        "provider_model",
+        "finish_reason",
+        "cost_nano_usd",
+        "raw_output",
+    )
+}
+_NO_OPENING: dict[str, Any] = {
+    f"o_{name}": None
+    for name in (
+        "attempt_no",
+        "attempt_id",
+        "worker_id",
+        "started_at",
+        "tenant_id",
+        "task",
+        "model",
+    )
+}
+
+
+def one_statement(change: Change) -> bool:
+    """Whether the change fits the one-statement form: at most one attempt ended (every
+    rule ends at most one; a takeover of several would take the general path)."""
+    return len(change.closed) <= 1
+
+
+def apply_statement(change: Change) -> Statement[bool]:
+    """``apply`` as one statement: True if the job's revision was the expected one."""
+    params = _change_params(change, stored=0)
+    params["expected_revision"] = change.expected_revision
+    return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
+
+
+def create_statement(change: Change) -> Statement[Accepted]:
+    """``create`` of a job without an idempotency key, as one statement."""
+    job = change.after
+
+    def accepted(_rowcount: int, row: tuple[Any, ...] | None) -> Accepted:
+        if not _written(_rowcount, row):
+            raise StateConflictError("a job with this id already exists")
+        return Accepted(job=job, created=True)
+
+    return Statement(_INSERT_CHANGE, _change_params(change, stored=1), accepted, returns_row=True)
+
+
+def _written(_rowcount: int, row: tuple[Any, ...] | None) -> bool:
+    return row is not None and row[0] == 1
+
+
+def _change_params(change: Change, *, stored: int) -> dict[str, Any]:
+    job = change.after
+    params = job_params(job)
+    events = change.events
+    params["event_seqs"] = [event.seq for event in events]
+    params["event_ats"] = [event.at for event in events]
+    params["event_kinds"] = [str(event.kind) for event in events]
+    params["event_details"] = [dump_json(event.detail) for event in events]
+    params["closes"] = bool(change.closed)
+    if change.closed:
+        [ending] = change.closed
+        params.update({f"c_{k}": v for k, v in report_params(ending.report).items()})
+        params["c_attempt_id"] = ending.attempt_id
+        params["c_ended_at"] = ending.ended_at
+        params["c_replaces_abandoned"] = ending.replaces_abandoned
+    else:
+        params.update(_NO_ENDING)
+    attempt = change.opened
+    params["opens"] = attempt is not None
+    if attempt is not None:
+        params["o_attempt_no"] = attempt.attempt_no
+        params["o_attempt_id"] = attempt.attempt_id
+        params["o_worker_id"] = attempt.worker_id
+        params["o_started_at"] = attempt.started_at
+        params["o_tenant_id"] = attempt.tenant_id
+        params["o_task"] = attempt.task
+        params["o_model"] = attempt.model
+    else:
+        params.update(_NO_OPENING)
+    params["enqueues"] = change.enqueue
+    if change.enqueue:
+        params["m_id"] = messages.new_message_id()
+        params["m_body"] = QueueMessage.for_job(job).to_body()
+        params["m_tenant_id"] = job.tenant_id
+        params["m_at"] = change.at
+    else:
+        params.update(m_id=None, m_body=None, m_tenant_id=None, m_at=None)
+    params["stops_running"] = change.stops_running_attempt
+    params["u_tenant_id"] = job.tenant_id
+    params["u_unfinished"] = change.backlog_delta
+    params["u_stored"] = stored
+    return params
 
 
 async def load(conn: psycopg.AsyncConnection[Any], job_id: str) -> Job | None:

@@ -241,3 +241,122 @@ SELECT * FROM (
     GROUP BY 1
 ) AS usage
 ORDER BY key COLLATE "C";
+
+-- A change in ONE statement, so a group commit can pipeline a batch of them (grouping.py):
+-- written_by_update or written_by_insert (the job row, conditional), then
+-- change_consequences, whose every part is written only if the job row was
+-- (``FROM written``). Each part that a change may lack is an empty array or a false
+-- flag. Data-modifying CTEs all run, referenced or not, on one snapshot; no two of them
+-- touch the same row. The two pg_notify calls run only if the row was written, and are
+-- delivered only if the transaction commits.
+
+-- name: written_by_update
+WITH written AS (
+    UPDATE jobs SET
+        status = %(status)s,
+        dispatch_state = %(dispatch_state)s,
+        attempt_count = %(attempt_count)s,
+        failure_count = %(failure_count)s,
+        invalid_output_count = %(invalid_output_count)s,
+        fence = %(fence)s,
+        attempt_id = %(attempt_id)s,
+        worker_id = %(worker_id)s,
+        lease_until = %(lease_until)s,
+        not_before = %(not_before)s,
+        cancel_requested = %(cancel_requested)s,
+        result_ref = %(result_ref)s,
+        error = %(error)s,
+        updated_at = %(updated_at)s,
+        completed_at = %(completed_at)s,
+        revision = %(revision)s,
+        event_seq = %(event_seq)s,
+        deliveries_without_outcome = %(deliveries_without_outcome)s,
+        fallback_level = %(fallback_level)s
+    WHERE job_id = %(job_id)s AND revision = %(expected_revision)s
+    RETURNING job_id
+)
+
+-- name: written_by_insert
+WITH written AS (
+    INSERT INTO jobs (
+        job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+        payload_version, status, dispatch_state, attempt_count, failure_count,
+        invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+        cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+        updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
+        fallback_level
+    ) VALUES (
+        %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s,
+        %(model)s, %(input)s, %(metadata)s, %(payload_version)s, %(status)s,
+        %(dispatch_state)s, %(attempt_count)s, %(failure_count)s,
+        %(invalid_output_count)s, %(fence)s, %(attempt_id)s, %(worker_id)s,
+        %(lease_until)s, %(not_before)s, %(cancel_requested)s, %(result_ref)s, %(error)s,
+        %(traceparent)s, %(correlation_id)s, %(created_at)s, %(updated_at)s,
+        %(completed_at)s, %(revision)s, %(event_seq)s, %(deliveries_without_outcome)s,
+        %(fallback_level)s
+    )
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id
+)
+
+-- name: change_consequences
+, new_events AS (
+    INSERT INTO events (job_id, seq, at, kind, detail)
+    SELECT written.job_id, e.seq, e.at, e.kind, e.detail
+    FROM written CROSS JOIN unnest(
+        %(event_seqs)s::int[], %(event_ats)s::float8[], %(event_kinds)s::text[],
+        %(event_details)s::text[]
+    ) AS e(seq, at, kind, detail)
+), closed_attempt AS (
+    -- As close_attempt: an ended attempt keeps its first ending.
+    UPDATE attempts SET
+        ended_at = %(c_ended_at)s::float8,
+        outcome = %(c_outcome)s::text,
+        failure_class = %(c_failure_class)s::text,
+        error_code = %(c_error_code)s::text,
+        latency_ms = %(c_latency_ms)s::int,
+        input_tokens = %(c_input_tokens)s::int,
+        output_tokens = %(c_output_tokens)s::int,
+        provider_request_id = %(c_provider_request_id)s::text,
+        model = COALESCE(%(c_model)s::text, attempts.model),
+        provider = %(c_provider)s::text,
+        provider_model = %(c_provider_model)s::text,
+        finish_reason = %(c_finish_reason)s::text,
+        cost_nano_usd = %(c_cost_nano_usd)s::bigint,
+        raw_output = %(c_raw_output)s::text
+    FROM written
+    WHERE %(closes)s::boolean
+      AND attempts.job_id = written.job_id AND attempts.attempt_id = %(c_attempt_id)s::text
+      AND (attempts.outcome IS NULL
+           OR (%(c_replaces_abandoned)s::boolean AND attempts.outcome = 'abandoned'))
+), opened_attempt AS (
+    INSERT INTO attempts (
+        job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
+    )
+    SELECT written.job_id, %(o_attempt_no)s::int, %(o_attempt_id)s::text,
+        %(o_worker_id)s::text, %(o_started_at)s::float8, %(o_tenant_id)s::text,
+        %(o_task)s::text, %(o_model)s::text
+    FROM written
+    WHERE %(opens)s::boolean
+), new_message AS (
+    INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count)
+    SELECT %(m_id)s::text, %(m_body)s::text, %(m_tenant_id)s::text, %(m_at)s::float8,
+        %(m_at)s::float8, 0
+    FROM written
+    WHERE %(enqueues)s::boolean
+), usage AS (
+    INSERT INTO tenant_usage (tenant_id, unfinished, stored)
+    SELECT %(u_tenant_id)s::text, %(u_unfinished)s::int, %(u_stored)s::int
+    FROM written
+    WHERE %(u_unfinished)s::int <> 0 OR %(u_stored)s::int <> 0
+    ON CONFLICT (tenant_id) DO UPDATE SET
+        unfinished = tenant_usage.unfinished + excluded.unfinished,
+        stored = tenant_usage.stored + excluded.stored
+)
+SELECT
+    w.n AS written,
+    CASE WHEN w.n > 0 AND %(enqueues)s::boolean
+        THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
+    CASE WHEN w.n > 0 AND %(stops_running)s::boolean
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+FROM (SELECT count(*) AS n FROM written) AS w;

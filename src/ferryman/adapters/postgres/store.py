@@ -37,9 +37,14 @@ class PostgresJobStore:
         return True
 
     async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
-        accepted = await self._db.group.run(
-            lambda conn: jobops.create(conn, change, idempotency_expires_at=idempotency_expires_at)
-        )
+        if change.after.idempotency_key is None and jobops.one_statement(change):
+            accepted = await self._db.group.run(jobops.create_statement(change))
+        else:
+            accepted = await self._db.group.run(
+                lambda conn: jobops.create(
+                    conn, change, idempotency_expires_at=idempotency_expires_at
+                )
+            )
         if accepted.created and change.enqueue:
             self._db.wakeup.notify()
         return accepted
@@ -58,7 +63,10 @@ class PostgresJobStore:
         return outcomes
 
     async def apply(self, change: Change) -> bool:
-        applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
+        if jobops.one_statement(change):
+            applied = await self._db.group.run(jobops.apply_statement(change))
+        else:
+            applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
         if applied and change.enqueue:
             self._db.wakeup.notify()
         if applied and change.stops_running_attempt:
