@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -29,9 +29,10 @@ from ferryman.adapters.postgres.migrations import migrate
 from ferryman.adapters.wakeup import Wakeup
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 class PostgresDatabase:
@@ -113,8 +114,10 @@ class PostgresDatabase:
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection inside one transaction, committed on a clean exit."""
         with translate_errors():
-            async with self._pool.connection() as conn, conn.transaction():
-                yield conn
+            async with self._pool.connection() as conn:
+                with self._watched(conn):
+                    async with conn.transaction():
+                        yield conn
 
     @contextlib.asynccontextmanager
     async def connection(
@@ -123,15 +126,57 @@ class PostgresDatabase:
         """A pooled connection in autocommit: each statement is its own transaction."""
         with translate_errors():
             async with self._pool.connection(timeout=timeout_seconds) as conn:
-                yield conn
+                with self._watched(conn):
+                    yield conn
 
-    async def fetch_all(self, query: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        async with self.connection() as conn:
-            return await fetch_all(conn, query, params)
+    @contextlib.contextmanager
+    def _watched(self, conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
+        """A connection found dead in use has the pool check every idle one at once."""
+        try:
+            yield
+        except psycopg.OperationalError:
+            if conn.broken and self._checker is not None:
+                self._checker.sweep()
+            raise
 
-    async def fetch_one(self, query: str, params: Mapping[str, Any] | None = None) -> Row | None:
+    async def fetch_all(
+        self, query: str, params: Mapping[str, Any] | None = None, *, retry: bool = True
+    ) -> list[Row]:
+        """The rows of one read. ``retry``: once more on another connection if this one
+        turns out dead (see _read); False for a statement that writes."""
+        return await self._read(fetch_all, query, params, retry=retry)
+
+    async def fetch_one(
+        self, query: str, params: Mapping[str, Any] | None = None, *, retry: bool = True
+    ) -> Row | None:
+        return await self._read(fetch_one, query, params, retry=retry)
+
+    async def _read(
+        self,
+        read: Callable[[psycopg.AsyncConnection[Any], str, Mapping[str, Any] | None], Awaitable[T]],
+        query: str,
+        params: Mapping[str, Any] | None,
+        *,
+        retry: bool,
+    ) -> T:
+        """Run the read; if its connection was dead (backends terminated a moment ago, so
+        recently that a socket still looked quiet when lent), run it again on another: a
+        read changes nothing, so running it twice is harmless. Each dead connection is
+        discarded as it comes back, so the pool runs out of them within max_size tries."""
+        for _ in range(self._pool.max_size):
+            with translate_errors():
+                async with self._pool.connection() as conn:
+                    try:
+                        return await read(conn, query, params)
+                    except psycopg.OperationalError:
+                        if not conn.broken:
+                            raise
+                        if self._checker is not None:
+                            self._checker.sweep()
+                        if not retry:
+                            raise
         async with self.connection() as conn:
-            return await fetch_one(conn, query, params)
+            return await read(conn, query, params)
 
     async def execute(self, query: str, params: Mapping[str, Any] | None = None) -> int:
         """Run one statement in its own transaction; the rows it changed."""
@@ -169,9 +214,13 @@ class _Checker:
         try:
             await AsyncConnectionPool.check_connection(conn)
         except psycopg.Error:
-            if self.pool is not None and (self._sweep is None or self._sweep.done()):
-                self._sweep = asyncio.create_task(self.pool.check())
+            self.sweep()
             raise
+
+    def sweep(self) -> None:
+        """Check every idle connection now (one sweep at a time)."""
+        if self.pool is not None and (self._sweep is None or self._sweep.done()):
+            self._sweep = asyncio.create_task(self.pool.check())
 
     async def close(self) -> None:
         if self._sweep is not None:
