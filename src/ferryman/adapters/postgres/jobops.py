@@ -9,6 +9,7 @@ tenant's usage counters, all in the caller's transaction.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -34,39 +35,6 @@ if TYPE_CHECKING:
 # One statement each (jobs.sql): the job row, then everything the change brings.
 _UPDATE_CHANGE = JOBS["written_by_update"] + "\n" + JOBS["change_consequences"]
 _INSERT_CHANGE = JOBS["written_by_insert"] + "\n" + JOBS["change_consequences"]
-_NO_ENDING: dict[str, Any] = {
-    f"c_{name}": None
-    for name in (
-        "attempt_id",
-        "ended_at",
-        "replaces_abandoned",
-        "outcome",
-        "failure_class",
-        "error_code",
-        "latency_ms",
-        "input_tokens",
-        "output_tokens",
-        "provider_request_id",
-        "model",
-        "provider",
-        "provider_model",
-        "finish_reason",
-        "cost_nano_usd",
-        "raw_output",
-    )
-}
-_NO_OPENING: dict[str, Any] = {
-    f"o_{name}": None
-    for name in (
-        "attempt_no",
-        "attempt_id",
-        "worker_id",
-        "started_at",
-        "tenant_id",
-        "task",
-        "model",
-    )
-}
 
 
 def one_statement(change: Change) -> bool:
@@ -106,37 +74,35 @@ def _change_params(change: Change, *, stored: int) -> dict[str, Any]:
     params["event_ats"] = [event.at for event in events]
     params["event_kinds"] = [str(event.kind) for event in events]
     params["event_details"] = [dump_json(event.detail) for event in events]
-    params["closes"] = bool(change.closed)
+    params["closed"] = None
+    params["replaces_abandoned"] = False
     if change.closed:
         [ending] = change.closed
-        params.update({f"c_{k}": v for k, v in report_params(ending.report).items()})
-        params["c_attempt_id"] = ending.attempt_id
-        params["c_ended_at"] = ending.ended_at
-        params["c_replaces_abandoned"] = ending.replaces_abandoned
-    else:
-        params.update(_NO_ENDING)
+        closed = report_params(ending.report)
+        closed["attempt_id"] = ending.attempt_id
+        closed["ended_at"] = ending.ended_at
+        params["closed"] = json.dumps(closed)
+        params["replaces_abandoned"] = ending.replaces_abandoned
     attempt = change.opened
-    params["opens"] = attempt is not None
+    params["opened"] = None
     if attempt is not None:
-        params["o_attempt_no"] = attempt.attempt_no
-        params["o_attempt_id"] = attempt.attempt_id
-        params["o_worker_id"] = attempt.worker_id
-        params["o_started_at"] = attempt.started_at
-        params["o_tenant_id"] = attempt.tenant_id
-        params["o_task"] = attempt.task
-        params["o_model"] = attempt.model
-    else:
-        params.update(_NO_OPENING)
-    params["enqueues"] = change.enqueue
+        params["opened"] = json.dumps(
+            {
+                "attempt_no": attempt.attempt_no,
+                "attempt_id": attempt.attempt_id,
+                "worker_id": attempt.worker_id,
+                "started_at": attempt.started_at,
+                "tenant_id": attempt.tenant_id,
+                "task": attempt.task,
+                "model": attempt.model,
+            }
+        )
+    params["m_id"] = params["m_body"] = params["m_at"] = None
     if change.enqueue:
         params["m_id"] = messages.new_message_id()
         params["m_body"] = QueueMessage.for_job(job).to_body()
-        params["m_tenant_id"] = job.tenant_id
         params["m_at"] = change.at
-    else:
-        params.update(m_id=None, m_body=None, m_tenant_id=None, m_at=None)
     params["stops_running"] = change.stops_running_attempt
-    params["u_tenant_id"] = job.tenant_id
     params["u_unfinished"] = change.backlog_delta
     params["u_stored"] = stored
     return params

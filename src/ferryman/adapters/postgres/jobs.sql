@@ -245,10 +245,12 @@ ORDER BY key COLLATE "C";
 -- A change in ONE statement, so a group commit can pipeline a batch of them (grouping.py):
 -- written_by_update or written_by_insert (the job row, conditional), then
 -- change_consequences, whose every part is written only if the job row was
--- (``FROM written``). Each part that a change may lack is an empty array or a false
--- flag. Data-modifying CTEs all run, referenced or not, on one snapshot; no two of them
--- touch the same row. The two pg_notify calls run only if the row was written, and are
--- delivered only if the transaction commits.
+-- (``FROM written``). A part the change lacks is an empty array or a NULL. Data-modifying
+-- CTEs all run, referenced or not, on one snapshot; no two of them touch the same row.
+-- The pg_notify calls run only if the row was written, and are delivered only if the
+-- transaction commits. The attempt rows travel as JSON (json_populate_record): psycopg
+-- caches its parse of a statement only up to 50 parameters, and parsing this one anew
+-- each time cost more than the round trips it saves.
 
 -- name: written_by_update
 WITH written AS (
@@ -273,7 +275,7 @@ WITH written AS (
         deliveries_without_outcome = %(deliveries_without_outcome)s,
         fallback_level = %(fallback_level)s
     WHERE job_id = %(job_id)s AND revision = %(expected_revision)s
-    RETURNING job_id
+    RETURNING job_id, tenant_id
 )
 
 -- name: written_by_insert
@@ -296,7 +298,7 @@ WITH written AS (
         %(fallback_level)s
     )
     ON CONFLICT (job_id) DO NOTHING
-    RETURNING job_id
+    RETURNING job_id, tenant_id
 )
 
 -- name: change_consequences
@@ -310,43 +312,41 @@ WITH written AS (
 ), closed_attempt AS (
     -- As close_attempt: an ended attempt keeps its first ending.
     UPDATE attempts SET
-        ended_at = %(c_ended_at)s::float8,
-        outcome = %(c_outcome)s::text,
-        failure_class = %(c_failure_class)s::text,
-        error_code = %(c_error_code)s::text,
-        latency_ms = %(c_latency_ms)s::int,
-        input_tokens = %(c_input_tokens)s::int,
-        output_tokens = %(c_output_tokens)s::int,
-        provider_request_id = %(c_provider_request_id)s::text,
-        model = COALESCE(%(c_model)s::text, attempts.model),
-        provider = %(c_provider)s::text,
-        provider_model = %(c_provider_model)s::text,
-        finish_reason = %(c_finish_reason)s::text,
-        cost_nano_usd = %(c_cost_nano_usd)s::bigint,
-        raw_output = %(c_raw_output)s::text
-    FROM written
-    WHERE %(closes)s::boolean
-      AND attempts.job_id = written.job_id AND attempts.attempt_id = %(c_attempt_id)s::text
+        ended_at = c.ended_at,
+        outcome = c.outcome,
+        failure_class = c.failure_class,
+        error_code = c.error_code,
+        latency_ms = c.latency_ms,
+        input_tokens = c.input_tokens,
+        output_tokens = c.output_tokens,
+        provider_request_id = c.provider_request_id,
+        model = COALESCE(c.model, attempts.model),
+        provider = c.provider,
+        provider_model = c.provider_model,
+        finish_reason = c.finish_reason,
+        cost_nano_usd = c.cost_nano_usd,
+        raw_output = c.raw_output
+    FROM written CROSS JOIN json_populate_record(NULL::attempts, %(closed)s::json) AS c
+    WHERE attempts.job_id = written.job_id AND attempts.attempt_id = c.attempt_id
       AND (attempts.outcome IS NULL
-           OR (%(c_replaces_abandoned)s::boolean AND attempts.outcome = 'abandoned'))
+           OR (%(replaces_abandoned)s::boolean AND attempts.outcome = 'abandoned'))
 ), opened_attempt AS (
     INSERT INTO attempts (
         job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
     )
-    SELECT written.job_id, %(o_attempt_no)s::int, %(o_attempt_id)s::text,
-        %(o_worker_id)s::text, %(o_started_at)s::float8, %(o_tenant_id)s::text,
-        %(o_task)s::text, %(o_model)s::text
-    FROM written
-    WHERE %(opens)s::boolean
+    SELECT written.job_id, o.attempt_no, o.attempt_id, o.worker_id, o.started_at,
+        o.tenant_id, o.task, o.model
+    FROM written CROSS JOIN json_populate_record(NULL::attempts, %(opened)s::json) AS o
+    WHERE o.attempt_id IS NOT NULL
 ), new_message AS (
     INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count)
-    SELECT %(m_id)s::text, %(m_body)s::text, %(m_tenant_id)s::text, %(m_at)s::float8,
+    SELECT %(m_id)s::text, %(m_body)s::text, written.tenant_id, %(m_at)s::float8,
         %(m_at)s::float8, 0
     FROM written
-    WHERE %(enqueues)s::boolean
+    WHERE %(m_id)s::text IS NOT NULL
 ), usage AS (
     INSERT INTO tenant_usage (tenant_id, unfinished, stored)
-    SELECT %(u_tenant_id)s::text, %(u_unfinished)s::int, %(u_stored)s::int
+    SELECT written.tenant_id, %(u_unfinished)s::int, %(u_stored)s::int
     FROM written
     WHERE %(u_unfinished)s::int <> 0 OR %(u_stored)s::int <> 0
     ON CONFLICT (tenant_id) DO UPDATE SET
@@ -355,7 +355,7 @@ WITH written AS (
 )
 SELECT
     w.n AS written,
-    CASE WHEN w.n > 0 AND %(enqueues)s::boolean
+    CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
         THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
