@@ -153,7 +153,10 @@ async def open_ferryman(url: str, args: argparse.Namespace) -> AsyncIterator[Run
             # one transaction per write, as before it.
             db = runtime.queue._db  # type: ignore[attr-defined]
             db.group = GroupCommit(
-                db.transaction, max_batch=args.group_max_batch, lanes=args.group_lanes
+                db.transaction,
+                max_batch=args.group_max_batch,
+                lanes=args.group_lanes,
+                connection=db.connection,
             )
         yield runtime
 

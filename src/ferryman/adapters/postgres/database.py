@@ -51,7 +51,7 @@ class PostgresDatabase:
         # Queue consumers of this process wait on it; NOTIFYs and own sends nudge it.
         self.wakeup = listener.wakeup if listener is not None else Wakeup()
         # Job writes, acks and results ready at the same moment share one commit.
-        self.group = GroupCommit(self.transaction)
+        self.group = GroupCommit(self.transaction, connection=self.connection)
         # Cancel watchers of this process wait on it; NOTIFYs and own cancels nudge it.
         self.cancel_wakeup = listener.cancel_wakeup if listener is not None else Wakeup()
 

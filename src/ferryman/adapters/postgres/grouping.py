@@ -19,10 +19,14 @@ undoes). An outage (StoreUnavailableError) fails the whole batch: nothing in it
 committed, and every caller is told so.
 
 An operation may be a ``Statement``: one statement whose value is read from its
-result. A batch's statements are sent together in one pipeline after its other
-operations, and their results read after one sync: a batch of statements costs its
-BEGIN, one round trip and its COMMIT, however many it holds (the order of writes
-within a batch is free: their callers were all waiting at once).
+result. A batch of nothing but statements goes to the server as one pipeline, BEGIN,
+the statements and COMMIT, and costs one round trip however many it holds; their
+values are read once it committed, so a statement's ``outcome`` may raise only when
+the statement changed nothing. A statement the server refuses makes it skip the rest,
+COMMIT included: nothing committed, and the batch runs again apart as above. In a
+batch with other operations, the statements are sent in one pipeline after those,
+inside the batch's transaction (the order of writes within a batch is free: their
+callers were all waiting at once).
 
 A batch of one runs without a savepoint (its transaction is its own). ``lanes``
 batches may be in flight at once, each on its own pooled connection. A caller
@@ -37,6 +41,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from psycopg import pq
+
 from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.core.errors import StoreUnavailableError
 
@@ -49,6 +55,11 @@ if TYPE_CHECKING:
     Connection = psycopg.AsyncConnection[Any]
     Operation = Callable[[Connection], Awaitable[Any]]
 
+# Sent as statements in a pipeline (psycopg's transaction() would sync around each).
+_BEGIN = "BEGIN"
+_COMMIT = "COMMIT"
+_ROLLBACK = "ROLLBACK"
+
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 # Each savepoint that writes takes a subtransaction id; past 64 in one transaction the
@@ -60,7 +71,8 @@ GROUP_LANES = 1
 @dataclass(frozen=True, slots=True)
 class Statement(Generic[T_co]):
     """One statement as an operation: ``outcome`` makes its value from the rows it
-    changed and the first row it returned (None if none), and may raise."""
+    changed and the first row it returned (None if none). It may raise only when the
+    statement changed nothing: in a batch of statements it runs after the COMMIT."""
 
     query: str
     params: Mapping[str, Any]
@@ -104,10 +116,14 @@ class GroupCommit:
         *,
         max_batch: int = GROUP_MAX_BATCH,
         lanes: int = GROUP_LANES,
+        connection: Callable[[], AbstractAsyncContextManager[Connection]] | None = None,
     ) -> None:
+        """``connection`` (a pooled connection in autocommit) lets a batch of statements
+        go in one round trip; without it they share the batch's transaction."""
         if max_batch < 1 or lanes < 1:
             raise ValueError("max_batch and lanes must be at least 1")
         self._transaction = transaction
+        self._connection = connection
         self._max_batch = max_batch
         self._lanes = lanes
         self._pending: list[_Pending] = []
@@ -152,7 +168,12 @@ class GroupCommit:
     async def _commit(self, batch: list[_Pending]) -> None:
         try:
             try:
-                outcomes = await self._run_together(batch)
+                if self._connection is not None and all(
+                    isinstance(item.operation, Statement) for item in batch
+                ):
+                    outcomes = await self._run_in_one_trip(self._connection, batch)
+                else:
+                    outcomes = await self._run_together(batch)
             except _RunApartError:
                 self.reruns += 1
                 outcomes = await self._run_apart(batch)
@@ -195,6 +216,39 @@ class GroupCommit:
             except Exception as exc:
                 raise _RunApartError from exc
         return [(values[i], None) for i in range(len(batch))]
+
+    @staticmethod
+    async def _run_in_one_trip(
+        connection: Callable[[], AbstractAsyncContextManager[Connection]], batch: list[_Pending]
+    ) -> list[tuple[Any, Exception | None]]:
+        """BEGIN, every statement and COMMIT in one pipeline; then each one's value."""
+        statements: list[Statement[Any]] = [item.operation for item in batch]  # type: ignore[misc]
+        async with connection() as conn:
+            try:
+                with translate_errors():
+                    async with conn.pipeline() as pipeline:
+                        await conn.execute(_BEGIN)
+                        cursors = [conn.cursor() for _ in statements]
+                        for statement, cursor in zip(statements, cursors, strict=True):
+                            await cursor.execute(statement.query, statement.params)
+                        await conn.execute(_COMMIT)
+                        await pipeline.sync()
+            except StoreUnavailableError as exc:
+                raise _BatchFailedError(exc) from exc
+            except Exception as exc:
+                # The server skipped what followed the refused statement, COMMIT
+                # included: its transaction is aborted, and nothing of it committed.
+                with translate_errors():
+                    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                        await conn.execute(_ROLLBACK)
+                raise _RunApartError from exc
+        outcomes: list[tuple[Any, Exception | None]] = []
+        for statement, cursor in zip(statements, cursors, strict=True):
+            try:
+                outcomes.append((await statement._read(cursor), None))
+            except Exception as exc:  # noqa: BLE001 - it changed nothing: its caller's alone
+                outcomes.append((None, exc))
+        return outcomes
 
     async def _run_apart(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
         outcomes: list[tuple[Any, Exception | None]] = []
