@@ -45,7 +45,7 @@ def one_statement(change: Change) -> bool:
 
 def apply_statement(change: Change) -> Statement[bool]:
     """``apply`` as one statement: True if the job's revision was the expected one."""
-    params = _change_params(change, stored=0)
+    params = _change_params(change, _update_params(change.after), stored=0)
     params["expected_revision"] = change.expected_revision
     return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
 
@@ -59,21 +59,59 @@ def create_statement(change: Change) -> Statement[Accepted]:
             raise StateConflictError("a job with this id already exists")
         return Accepted(job=job, created=True)
 
-    return Statement(_INSERT_CHANGE, _change_params(change, stored=1), accepted, returns_row=True)
+    params = _change_params(change, job_params(job), stored=1)
+    return Statement(_INSERT_CHANGE, params, accepted, returns_row=True)
 
 
 def _written(_rowcount: int, row: tuple[Any, ...] | None) -> bool:
     return row is not None and row[0] == 1
 
 
-def _change_params(change: Change, *, stored: int) -> dict[str, Any]:
+def _update_params(job: Job) -> dict[str, Any]:
+    """The columns a change may replace (written_by_update): not the input, metadata
+    and other columns fixed at accept, which would be dumped for nothing."""
+    error = job.error
+    return {
+        "job_id": job.job_id,
+        "status": str(job.status),
+        "dispatch_state": str(job.dispatch_state),
+        "attempt_count": job.attempt_count,
+        "failure_count": job.failure_count,
+        "invalid_output_count": job.invalid_output_count,
+        "fence": job.fence,
+        "attempt_id": job.attempt_id,
+        "worker_id": job.worker_id,
+        "lease_until": job.lease_until,
+        "not_before": job.not_before,
+        "cancel_requested": job.cancel_requested,
+        "result_ref": job.result_ref,
+        "error": None
+        if error is None
+        else dump_json(
+            {"code": error.code, "class": str(error.failure_class), "message": error.message}
+        ),
+        "updated_at": job.updated_at,
+        "completed_at": job.completed_at,
+        "revision": job.revision,
+        "event_seq": job.event_seq,
+        "deliveries_without_outcome": job.deliveries_without_outcome,
+        "fallback_level": job.fallback_level,
+    }
+
+
+def _change_params(change: Change, params: dict[str, Any], *, stored: int) -> dict[str, Any]:
     job = change.after
-    params = job_params(job)
-    events = change.events
-    params["event_seqs"] = [event.seq for event in events]
-    params["event_ats"] = [event.at for event in events]
-    params["event_kinds"] = [str(event.kind) for event in events]
-    params["event_details"] = [dump_json(event.detail) for event in events]
+    params["events"] = json.dumps(
+        [
+            {
+                "seq": event.seq,
+                "at": event.at,
+                "kind": str(event.kind),
+                "detail": dump_json(event.detail),
+            }
+            for event in change.events
+        ]
+    )
     params["closed"] = None
     params["replaces_abandoned"] = False
     if change.closed:

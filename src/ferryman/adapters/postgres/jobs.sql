@@ -248,9 +248,10 @@ ORDER BY key COLLATE "C";
 -- (``FROM written``). A part the change lacks is an empty array or a NULL. Data-modifying
 -- CTEs all run, referenced or not, on one snapshot; no two of them touch the same row.
 -- The pg_notify calls run only if the row was written, and are delivered only if the
--- transaction commits. The attempt rows travel as JSON (json_populate_record): psycopg
--- caches its parse of a statement only up to 50 parameters, and parsing this one anew
--- each time cost more than the round trips it saves.
+-- transaction commits. The events and the attempt rows travel as JSON
+-- (json_populate_record[set]): psycopg caches its parse of a statement only up to 50
+-- parameters (parsing this one anew each time cost more than the round trips it
+-- saves), and dumping one JSON text is cheaper for it than dumping arrays.
 
 -- name: written_by_update
 WITH written AS (
@@ -305,10 +306,7 @@ WITH written AS (
 , new_events AS (
     INSERT INTO events (job_id, seq, at, kind, detail)
     SELECT written.job_id, e.seq, e.at, e.kind, e.detail
-    FROM written CROSS JOIN unnest(
-        %(event_seqs)s::int[], %(event_ats)s::float8[], %(event_kinds)s::text[],
-        %(event_details)s::text[]
-    ) AS e(seq, at, kind, detail)
+    FROM written CROSS JOIN json_populate_recordset(NULL::events, %(events)s::json) AS e
 ), closed_attempt AS (
     -- As close_attempt: an ended attempt keeps its first ending.
     UPDATE attempts SET
