@@ -210,7 +210,7 @@ class GroupCommit:
                         if not isinstance(item.operation, Statement):
                             values[i] = await item.operation(conn)
                     if statements:
-                        values.update(await _pipelined(conn, statements))
+                        values.update(await pipelined(conn, statements))
             except StoreUnavailableError as exc:
                 raise _BatchFailedError(exc) from exc
             except Exception as exc:
@@ -270,10 +270,11 @@ class GroupCommit:
                 item.future.set_result(value)
 
 
-async def _pipelined(
+async def pipelined(
     conn: Connection, statements: list[tuple[int, Statement[Any]]]
 ) -> dict[int, Any]:
-    """Send every statement, then read every result after one sync."""
+    """Send every statement, then read every result after one sync (in the caller's
+    transaction); the values by the statements' keys."""
     async with conn.pipeline() as pipeline:
         cursors = []
         for _, statement in statements:

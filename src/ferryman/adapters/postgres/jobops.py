@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ferryman.adapters.job_rows import dump_json, job_from_row, job_params
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
-from ferryman.adapters.postgres.grouping import Statement
+from ferryman.adapters.postgres.grouping import Statement, pipelined
 from ferryman.adapters.postgres.rows import report_params
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
@@ -189,13 +189,36 @@ async def create_many(
         ),
     )
     outcomes: dict[int, CreateOutcome] = {}
+    keys = [
+        (c.after.tenant_id, c.after.idempotency_key) for c in changes if c.after.idempotency_key
+    ]
+    if len(set(keys)) < len(keys) or not all(one_statement(c) for c in changes):
+        # A later item may replay an earlier one's new job: each must see the last written.
+        for i in order:
+            try:
+                outcomes[i] = await create(
+                    conn, changes[i], idempotency_expires_at=idempotency_expires_at
+                )
+            except IdempotencyKeyMismatchError as exc:
+                outcomes[i] = exc
+        return [outcomes[i] for i in range(len(changes))]
+    # Keys first (each needs its answer), then every new job in one pipelined round trip.
+    new: list[int] = []
     for i in order:
-        try:
-            outcomes[i] = await create(
-                conn, changes[i], idempotency_expires_at=idempotency_expires_at
-            )
-        except IdempotencyKeyMismatchError as exc:
-            outcomes[i] = exc
+        job = changes[i].after
+        if job.idempotency_key is not None:
+            try:
+                existing = await _claim_key(
+                    conn, job, now=changes[i].at, expires_at=idempotency_expires_at
+                )
+            except IdempotencyKeyMismatchError as exc:
+                outcomes[i] = exc
+                continue
+            if existing is not None:
+                outcomes[i] = Accepted(job=existing, created=False)
+                continue
+        new.append(i)
+    outcomes.update(await pipelined(conn, [(i, create_statement(changes[i])) for i in new]))
     return [outcomes[i] for i in range(len(changes))]
 
 
