@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.postgres import jobops
+from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
 
@@ -31,6 +32,8 @@ class PostgresJobStore:
     def __init__(self, db: PostgresDatabase, *, clock: Clock | None = None) -> None:
         self._db = db
         self._clock = clock
+        # Every accept asks: concurrent asks share a read that started after each asked.
+        self._usage: SharedRead[str, TenantUsage] = SharedRead(self._read_usage)
 
     @property
     def enqueues_with_job(self) -> bool:
@@ -143,6 +146,9 @@ class PostgresJobStore:
         return {row["job_id"] for row in rows}
 
     async def usage(self, tenant_id: str) -> TenantUsage:
+        return await self._usage.get(tenant_id)
+
+    async def _read_usage(self, tenant_id: str) -> TenantUsage:
         row = await self._db.fetch_one(JOBS["tenant_usage"], {"tenant_id": tenant_id})
         if row is None:
             return TenantUsage(unfinished=0, stored=0)
