@@ -190,7 +190,9 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("claim (conditional update)", JOBS["update_job"], claim),
         (
             "claim (the one-statement change)",
-            JOBS["written_by_update"] + "\n" + JOBS["change_consequences"],
+            "\n".join(
+                JOBS[b] for b in ("written_by_update", "change_consequences", "change_outcome")
+            ),
             claim_change,
         ),
         ("events of a job", JOBS["list_events"], {"job_id": _job_id(middle)}),

@@ -12,7 +12,7 @@ import pytest
 from ferryman.adapters.postgres import PostgresDatabase, PostgresJobStore
 from ferryman.adapters.postgres.grouping import Statement
 from ferryman.core import changes
-from ferryman.core.errors import StateConflictError
+from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,5 +109,37 @@ async def test_a_pipelined_batch_gives_each_caller_its_own_result(postgres_scrat
         )
         assert results == [1, 0, (7,)]
         assert db.group.reruns == 0
+    finally:
+        await db.close()
+
+
+async def test_a_keyed_accept_is_one_statement_and_replays_mismatches_and_duplicates_still_hold(
+    postgres_scratch, job_factory, clock
+):
+    url = postgres_scratch()
+    db = await PostgresDatabase.open(url, listen=False)
+    try:
+        store = PostgresJobStore(db, clock=clock)
+
+        async def accept(job: object) -> object:
+            change = changes.accept(job, now=clock.now(), dispatched=True)  # type: ignore[arg-type]
+            return await store.create(change, idempotency_expires_at=clock.now() + 3600)
+
+        first = job_factory(idempotency_key="k1")
+        made = await accept(first)
+        assert made.created and made.job.job_id == first.job_id
+        # The same request again (a new job id, the same key and request): a replay.
+        again = await accept(job_factory(idempotency_key="k1"))
+        assert not again.created and again.job.job_id == first.job_id
+        # Another request under the key: refused, nothing written.
+        with pytest.raises(IdempotencyKeyMismatchError):
+            await accept(job_factory(idempotency_key="k1", request_hash="other"))
+        # A new key for a job id already taken: refused, and the key left free.
+        with pytest.raises(StateConflictError):
+            await accept(job_factory(idempotency_key="k2", job_id=first.job_id))
+        assert _count(url, "SELECT count(*) FROM idempotency WHERE key = 'k2'") == 0
+        assert _count(url, "SELECT count(*) FROM jobs") == 1
+        assert _count(url, "SELECT count(*) FROM messages") == 1
+        assert _count(url, "SELECT stored FROM tenant_usage") == 1
     finally:
         await db.close()

@@ -78,6 +78,8 @@ class Statement(Generic[T_co]):
     params: Mapping[str, Any]
     outcome: Callable[[int, tuple[Any, ...] | None], T_co]
     returns_row: bool = False
+    # What runs instead when a batch runs apart (after a refused statement), if given.
+    general: Callable[[Connection], Awaitable[T_co]] | None = None
 
     async def __call__(self, conn: Connection) -> T_co:
         cursor = conn.cursor()
@@ -290,6 +292,8 @@ async def pipelined(
 
 async def _in_savepoint(conn: Connection, operation: Operation) -> tuple[Any, Exception | None]:
     """The operation's value, or the error that rolled back its savepoint alone."""
+    if isinstance(operation, Statement) and operation.general is not None:
+        operation = operation.general
     try:
         async with _savepoint(conn):
             return await operation(conn), None

@@ -10,6 +10,7 @@ tenant's usage counters, all in the caller's transaction.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +34,19 @@ if TYPE_CHECKING:
 
 
 # One statement each (jobs.sql): the job row, then everything the change brings.
-_UPDATE_CHANGE = JOBS["written_by_update"] + "\n" + JOBS["change_consequences"]
-_INSERT_CHANGE = JOBS["written_by_insert"] + "\n" + JOBS["change_consequences"]
+def _statement(*blocks: str) -> str:
+    """The blocks as one statement, without comment lines and runs of blank: psycopg
+    caches its parse of a statement only up to 4,096 characters (none of these blocks
+    holds a string literal that blanks or "--" could be part of)."""
+    lines = (line for b in blocks for line in JOBS[b].splitlines())
+    return re.sub(r"\s+", " ", " ".join(ln for ln in lines if not ln.lstrip().startswith("--")))
+
+
+_UPDATE_CHANGE = _statement("written_by_update", "change_consequences", "change_outcome")
+_INSERT_CHANGE = _statement("written_by_insert", "change_consequences", "change_outcome")
+_KEYED_INSERT_CHANGE = _statement(
+    "written_by_keyed_insert", "change_consequences", "keyed_change_outcome"
+)
 
 
 def one_statement(change: Change) -> bool:
@@ -61,6 +73,27 @@ def create_statement(change: Change) -> Statement[Accepted]:
 
     params = _change_params(change, job_params(job), stored=1)
     return Statement(_INSERT_CHANGE, params, accepted, returns_row=True)
+
+
+def keyed_create_statement(
+    change: Change, *, idempotency_expires_at: float | None
+) -> Statement[Accepted | None]:
+    """``create`` of a job with an idempotency key, as one statement when the key is
+    free; None when the key was taken (nothing written: the caller runs ``create``).
+    Should the statement be refused, its batch runs ``create`` in its place."""
+    job = change.after
+    params = _change_params(change, job_params(job), stored=1)
+    params["key_expires_at"] = idempotency_expires_at
+
+    def accepted(_rowcount: int, row: tuple[Any, ...] | None) -> Accepted | None:
+        if row is None or row[1] == 0:
+            return None
+        return Accepted(job=job, created=True)
+
+    async def general(conn: psycopg.AsyncConnection[Any]) -> Accepted:
+        return await create(conn, change, idempotency_expires_at=idempotency_expires_at)
+
+    return Statement(_KEYED_INSERT_CHANGE, params, accepted, returns_row=True, general=general)
 
 
 def _written(_rowcount: int, row: tuple[Any, ...] | None) -> bool:

@@ -351,6 +351,8 @@ WITH written AS (
         unfinished = tenant_usage.unfinished + excluded.unfinished,
         stored = tenant_usage.stored + excluded.stored
 )
+
+-- name: change_outcome
 SELECT
     w.n AS written,
     CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
@@ -358,3 +360,52 @@ SELECT
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
         THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
 FROM (SELECT count(*) AS n FROM written) AS w;
+
+-- name: written_by_keyed_insert
+-- An accept with an idempotency key, when the key is free: the key's entry, then the
+-- job FROM it. A key already taken writes nothing (claimed = 0), and the caller then
+-- takes the general path (jobops.create: replay, mismatch or an expired entry).
+WITH claimed AS (
+    INSERT INTO idempotency (tenant_id, key, job_id, request_hash, expires_at)
+    VALUES (
+        %(tenant_id)s, %(idempotency_key)s, %(job_id)s, %(request_hash)s,
+        %(key_expires_at)s::float8
+    )
+    ON CONFLICT (tenant_id, key) DO NOTHING
+    RETURNING job_id
+), written AS (
+    INSERT INTO jobs (
+        job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+        payload_version, status, dispatch_state, attempt_count, failure_count,
+        invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+        cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+        updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
+        fallback_level
+    )
+    SELECT
+        %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s,
+        %(model)s, %(input)s, %(metadata)s, %(payload_version)s, %(status)s,
+        %(dispatch_state)s, %(attempt_count)s, %(failure_count)s,
+        %(invalid_output_count)s, %(fence)s, %(attempt_id)s, %(worker_id)s,
+        %(lease_until)s, %(not_before)s, %(cancel_requested)s, %(result_ref)s, %(error)s,
+        %(traceparent)s, %(correlation_id)s, %(created_at)s, %(updated_at)s,
+        %(completed_at)s, %(revision)s, %(event_seq)s, %(deliveries_without_outcome)s,
+        %(fallback_level)s
+    FROM claimed
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, tenant_id
+)
+
+-- name: keyed_change_outcome
+-- A key claimed for a job whose id was taken must not commit: the division by zero
+-- (1 - claimed + written = 0) fails the statement, so the transaction rolls back and the
+-- general path runs instead (in a savepoint of its own), as for any refused statement.
+SELECT
+    w.n AS written,
+    c.n AS claimed,
+    1 / (1 - c.n + w.n) AS consistent,
+    CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
+        THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
+    CASE WHEN w.n > 0 AND %(stops_running)s::boolean
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+FROM (SELECT count(*) AS n FROM written) AS w, (SELECT count(*) AS n FROM claimed) AS c;

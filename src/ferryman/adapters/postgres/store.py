@@ -40,9 +40,17 @@ class PostgresJobStore:
         return True
 
     async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
-        if change.after.idempotency_key is None and jobops.one_statement(change):
-            accepted = await self._db.group.run(jobops.create_statement(change))
-        else:
+        accepted: Accepted | None = None
+        if jobops.one_statement(change):
+            if change.after.idempotency_key is None:
+                accepted = await self._db.group.run(jobops.create_statement(change))
+            else:
+                accepted = await self._db.group.run(
+                    jobops.keyed_create_statement(
+                        change, idempotency_expires_at=idempotency_expires_at
+                    )
+                )
+        if accepted is None:  # the key was taken (a replay, a mismatch, an expired entry)
             accepted = await self._db.group.run(
                 lambda conn: jobops.create(
                     conn, change, idempotency_expires_at=idempotency_expires_at
