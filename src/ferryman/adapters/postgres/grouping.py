@@ -23,7 +23,8 @@ result. A batch of nothing but statements goes to the server as one pipeline, BE
 the statements and COMMIT, and costs one round trip however many it holds; their
 values are read once it committed, so a statement's ``outcome`` may raise only when
 the statement changed nothing. A statement the server refuses makes it skip the rest,
-COMMIT included: nothing committed, and the batch runs again apart as above. In a
+COMMIT included: nothing committed, and the batch runs again apart as above (a
+statement with a ``general`` operation runs that instead, in its savepoint). In a
 batch with other operations, the statements are sent in one pipeline after those,
 inside the batch's transaction (the order of writes within a batch is free: their
 callers were all waiting at once).
