@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 import secrets
 import sys
@@ -160,9 +161,40 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
         "deliveries_without_outcome": 0,
         "fallback_level": 0,
     }
+    # The same claim as the engine sends it: one statement with its event and attempt.
+    claim_change = {
+        **claim,
+        "events": json.dumps([{"seq": 4, "at": now, "kind": "CLAIMED", "detail": "{}"}]),
+        "closed": None,
+        "replaces_abandoned": False,
+        "opened": json.dumps(
+            {
+                "attempt_no": 1,
+                "attempt_id": "att_x",
+                "worker_id": "w2",
+                "started_at": now,
+                "tenant_id": "t0",
+                "task": "summarize",
+                "model": "sim",
+            }
+        ),
+        "m_id": None,
+        "m_body": None,
+        "m_at": None,
+        "stops_running": False,
+        "u_unfinished": 0,
+        "u_stored": 0,
+    }
     return [
         ("get", JOBS["get_job"], {"job_id": _job_id(middle)}),
         ("claim (conditional update)", JOBS["update_job"], claim),
+        (
+            "claim (the one-statement change)",
+            "\n".join(
+                JOBS[b] for b in ("written_by_update", "change_consequences", "change_outcome")
+            ),
+            claim_change,
+        ),
         ("events of a job", JOBS["list_events"], {"job_id": _job_id(middle)}),
         ("attempts of a job", JOBS["list_attempts"], {"job_id": _job_id(middle)}),
         ("idempotency lookup", JOBS["lock_idempotency"], {"tenant_id": "t0", "key": "key-10"}),
@@ -176,7 +208,12 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
         (
             "receive: mark",
             QUEUE["mark_received"],
-            {"id": "msg_" + _job_id(middle), "visible_at": now + 60, "token": "t", "now": now},
+            {
+                "ids": ["msg_" + _job_id(middle)],
+                "tokens": ["t"],
+                "visible_at": now + 60,
+                "now": now,
+            },
         ),
         (
             "ack (delete by receipt)",

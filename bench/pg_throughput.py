@@ -136,6 +136,51 @@ def raw_rates(url: str, n: int) -> dict[str, float]:
     }
 
 
+# --- counting what a job costs ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Tally:
+    """Statements sent through psycopg cursors (not the BEGIN/COMMIT/SAVEPOINT that
+    psycopg's transaction() sends itself) and connections lent by the pool."""
+
+    statements: int = 0
+    lends: int = 0
+
+
+TALLY: Tally | None = None
+
+
+def count_statements() -> None:
+    """Wrap the driver so TALLY counts (``--count``; costs a little CPU itself)."""
+    global TALLY
+    from psycopg_pool import AsyncConnectionPool
+
+    TALLY = Tally()
+    execute, executemany = psycopg.AsyncCursor.execute, psycopg.AsyncCursor.executemany
+    getconn = AsyncConnectionPool.getconn
+
+    async def counted_execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if TALLY is not None:
+            TALLY.statements += 1
+        return await execute(self, query, params, **kw)
+
+    async def counted_executemany(self: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
+        params_seq = list(params_seq)
+        if TALLY is not None:
+            TALLY.statements += len(params_seq)
+        return await executemany(self, query, params_seq, **kw)
+
+    async def counted_getconn(self: Any, *args: Any, **kw: Any) -> Any:
+        if TALLY is not None:
+            TALLY.lends += 1
+        return await getconn(self, *args, **kw)
+
+    psycopg.AsyncCursor.execute = counted_execute  # type: ignore[method-assign]
+    psycopg.AsyncCursor.executemany = counted_executemany  # type: ignore[method-assign]
+    AsyncConnectionPool.getconn = counted_getconn  # type: ignore[method-assign]
+
+
 # --- ferryman over the engine ---------------------------------------------------------
 
 
@@ -153,7 +198,10 @@ async def open_ferryman(url: str, args: argparse.Namespace) -> AsyncIterator[Run
             # one transaction per write, as before it.
             db = runtime.queue._db  # type: ignore[attr-defined]
             db.group = GroupCommit(
-                db.transaction, max_batch=args.group_max_batch, lanes=args.group_lanes
+                db.transaction,
+                max_batch=args.group_max_batch,
+                lanes=args.group_lanes,
+                connection=db.connection,
             )
         yield runtime
 
@@ -239,10 +287,13 @@ async def e2e_and_pickup(url: str, args: argparse.Namespace) -> dict[str, Any]:
             await submit(runtime, 0, args.warmup, batch=args.batch)
             await wait_succeeded(url, args.warmup)
             since = time.time()
+            if TALLY is not None:
+                TALLY.statements = TALLY.lends = 0
             busy, cpu = machine_busy_seconds(), time.process_time()
             await submit(runtime, args.warmup, args.jobs, batch=args.batch)
             await wait_succeeded(url, args.warmup + args.jobs)
             busy, cpu = machine_busy_seconds() - busy, time.process_time() - cpu
+            tally = None if TALLY is None else Tally(TALLY.statements, TALLY.lends)
             times = await job_times(url, since)
             pickup = await pickup_run(url, runtime, args)
         finally:
@@ -250,7 +301,14 @@ async def e2e_and_pickup(url: str, args: argparse.Namespace) -> dict[str, Any]:
     if len(times.accepted) != args.jobs:
         raise RuntimeError(f"e2e: {len(times.accepted)} of {args.jobs} jobs succeeded")
     span = max(times.completed) - min(times.accepted)
+    counts = {}
+    if tally is not None:  # the e2e window; wait_succeeded's own polls are counted too
+        counts = {
+            "statements_per_job": tally.statements / args.jobs,
+            "lends_per_job": tally.lends / args.jobs,
+        }
     return {
+        **counts,
         "e2e_jobs_per_s": args.jobs / span,
         "e2e_seconds": span,
         "cpu_s_per_1000": busy * 1000 / args.jobs,
@@ -370,6 +428,13 @@ def print_human(out: dict[str, Any]) -> None:
             f"this process {fmt(out['process_cpu_s_per_1000'], 2)}",
         ),
     ]
+    if "statements_per_job" in out:
+        rows.append(
+            (
+                "per job (e2e): statements / pooled lends",
+                f"{out['statements_per_job']:.2f} / {out['lends_per_job']:.2f}",
+            )
+        )
     if peer:
         rows += [
             ("Procrastinate no-op jobs", f"{fmt(peer)} jobs/s"),
@@ -404,6 +469,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--group-lanes", type=int, default=GROUP_LANES, help="group commits in flight at once"
     )
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="count statements and pooled connection lends per job over the e2e run",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     return parser.parse_args(argv)
 
@@ -411,6 +481,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quiet_logs()
+    if args.count:
+        count_statements()
     start_load = os.getloadavg()[0]
     out = measure(args)
     out["settings"] = settings_of(args, start_load)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.postgres.database import execute
+from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import MISC
 from ferryman.ports.control import (
     PROVIDER_SWITCH_PREFIX,
@@ -25,8 +26,13 @@ if TYPE_CHECKING:
 class PostgresControlStore:
     def __init__(self, db: PostgresDatabase) -> None:
         self._db = db
+        # Every accept asks: concurrent asks share a read that started after each asked.
+        self._switches: SharedRead[None, list[str]] = SharedRead(self._read_paused)
 
     async def _paused_names(self) -> list[str]:
+        return await self._switches.get(None)
+
+    async def _read_paused(self, _: None) -> list[str]:
         return [str(row["switch"]) for row in await self._db.fetch_all(MISC["paused_switches"])]
 
     async def paused(self) -> frozenset[Switch]:

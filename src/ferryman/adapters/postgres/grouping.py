@@ -4,10 +4,30 @@ A commit waits for the server's WAL flush, whose cost hardly depends on how much
 covers, so one transaction per write caps a process at about one write per flush.
 Callers hand ``GroupCommit.run`` an operation (a coroutine function over a
 connection); while a batch is committing, new operations wait, and the next batch
-takes all of them (up to ``max_batch``). Each operation runs inside a SAVEPOINT of
-its own, so one that fails (a conflict, a constraint) is rolled back alone and only
-its caller gets the error; the others still commit. An outage (StoreUnavailableError)
-fails the whole batch: nothing in it committed, and every caller is told so.
+takes all of them (up to ``max_batch``).
+
+A batch first runs its operations one after another in one transaction with no
+savepoint: nearly every write succeeds (a change that lost its race returns False,
+an insert that finds its row returns 0 rows; neither raises), and a SAVEPOINT and
+its RELEASE were two more round trips for each. If any operation raises (a conflict,
+a key mismatch, any error but an outage), that transaction is rolled back, nothing
+of it committed, and the batch runs again with each operation inside a SAVEPOINT of
+its own, so the failing one is rolled back alone and only its caller gets the error;
+the others still commit. An operation is therefore run twice in that case: it must
+do nothing but statements on the connection it is given (all of which the rollback
+undoes). An outage (StoreUnavailableError) fails the whole batch: nothing in it
+committed, and every caller is told so.
+
+An operation may be a ``Statement``: one statement whose value is read from its
+result. A batch of nothing but statements goes to the server as one pipeline, BEGIN,
+the statements and COMMIT, and costs one round trip however many it holds; their
+values are read once it committed, so a statement's ``outcome`` may raise only when
+the statement changed nothing. A statement the server refuses makes it skip the rest,
+COMMIT included: nothing committed, and the batch runs again apart as above (a
+statement with a ``general`` operation runs that instead, in its savepoint). In a
+batch with other operations, the statements are sent in one pipeline after those,
+inside the batch's transaction (the order of writes within a batch is free: their
+callers were all waiting at once).
 
 A batch of one runs without a savepoint (its transaction is its own). ``lanes``
 batches may be in flight at once, each on its own pooled connection. A caller
@@ -20,13 +40,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from psycopg import pq
 
 from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     import psycopg
@@ -34,17 +56,50 @@ if TYPE_CHECKING:
     Connection = psycopg.AsyncConnection[Any]
     Operation = Callable[[Connection], Awaitable[Any]]
 
+# Sent as statements in a pipeline (psycopg's transaction() would sync around each).
+_BEGIN = "BEGIN"
+_COMMIT = "COMMIT"
+_ROLLBACK = "ROLLBACK"
+
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 # Each savepoint that writes takes a subtransaction id; past 64 in one transaction the
 # server's per-backend cache overflows and every session's snapshots get slower.
 GROUP_MAX_BATCH = 64
 GROUP_LANES = 1
 
 
+@dataclass(frozen=True, slots=True)
+class Statement(Generic[T_co]):
+    """One statement as an operation: ``outcome`` makes its value from the rows it
+    changed and the first row it returned (None if none). It may raise only when the
+    statement changed nothing: in a batch of statements it runs after the COMMIT."""
+
+    query: str
+    params: Mapping[str, Any]
+    outcome: Callable[[int, tuple[Any, ...] | None], T_co]
+    returns_row: bool = False
+    # What runs instead when a batch runs apart (after a refused statement), if given.
+    general: Callable[[Connection], Awaitable[T_co]] | None = None
+
+    async def __call__(self, conn: Connection) -> T_co:
+        cursor = conn.cursor()
+        await cursor.execute(self.query, self.params)
+        return await self._read(cursor)
+
+    async def _read(self, cursor: psycopg.AsyncCursor[Any]) -> T_co:
+        row = await cursor.fetchone() if self.returns_row else None
+        return self.outcome(cursor.rowcount, row)
+
+
 @dataclass(slots=True)
 class _Pending:
     operation: Operation
     future: asyncio.Future[Any]
+
+
+class _RunApartError(Exception):
+    """Leaves a batch run without savepoints (rolling it back): one operation raised."""
 
 
 class _BatchFailedError(Exception):
@@ -64,10 +119,14 @@ class GroupCommit:
         *,
         max_batch: int = GROUP_MAX_BATCH,
         lanes: int = GROUP_LANES,
+        connection: Callable[[], AbstractAsyncContextManager[Connection]] | None = None,
     ) -> None:
+        """``connection`` (a pooled connection in autocommit) lets a batch of statements
+        go in one round trip; without it they share the batch's transaction."""
         if max_batch < 1 or lanes < 1:
             raise ValueError("max_batch and lanes must be at least 1")
         self._transaction = transaction
+        self._connection = connection
         self._max_batch = max_batch
         self._lanes = lanes
         self._pending: list[_Pending] = []
@@ -75,8 +134,10 @@ class GroupCommit:
         self._active = 0
         self.batches = 0
         self.operations = 0
+        # Batches run again with a savepoint per operation because one raised.
+        self.reruns = 0
 
-    async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
+    async def run(self, operation: Callable[[Connection], Awaitable[T]] | Statement[T]) -> T:
         """Run ``operation`` in the next batch's transaction; its value once committed."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(operation, future))
@@ -108,14 +169,17 @@ class GroupCommit:
             self._active -= 1
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        outcomes: list[tuple[Any, BaseException | None]] = []
         try:
-            async with self._transaction() as conn:
-                if len(batch) == 1:
-                    outcomes.append((await batch[0].operation(conn), None))
+            try:
+                if self._connection is not None and all(
+                    isinstance(item.operation, Statement) for item in batch
+                ):
+                    outcomes = await self._run_in_one_trip(self._connection, batch)
                 else:
-                    for item in batch:
-                        outcomes.append(await _in_savepoint(conn, item.operation))
+                    outcomes = await self._run_together(batch)
+            except _RunApartError:
+                self.reruns += 1
+                outcomes = await self._run_apart(batch)
         except _BatchFailedError as failed:
             outcomes = [(None, failed.cause)] * len(batch)
         except Exception as exc:  # noqa: BLE001 - the commit (or a lone operation) failed
@@ -128,6 +192,78 @@ class GroupCommit:
             raise
         self.batches += 1
         self.operations += len(batch)
+        self._settle(batch, outcomes)
+
+    async def _run_together(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
+        """Every operation in one transaction, no savepoints; _RunApartError (the
+        transaction rolled back) when one of several raised anything but an outage."""
+        if len(batch) == 1:
+            async with self._transaction() as conn:
+                return [(await batch[0].operation(conn), None)]
+        values: dict[int, Any] = {}
+        statements = [
+            (i, item.operation)
+            for i, item in enumerate(batch)
+            if isinstance(item.operation, Statement)
+        ]
+        async with self._transaction() as conn:
+            try:
+                with translate_errors():
+                    for i, item in enumerate(batch):
+                        if not isinstance(item.operation, Statement):
+                            values[i] = await item.operation(conn)
+                    if statements:
+                        values.update(await pipelined(conn, statements))
+            except StoreUnavailableError as exc:
+                raise _BatchFailedError(exc) from exc
+            except Exception as exc:
+                raise _RunApartError from exc
+        return [(values[i], None) for i in range(len(batch))]
+
+    @staticmethod
+    async def _run_in_one_trip(
+        connection: Callable[[], AbstractAsyncContextManager[Connection]], batch: list[_Pending]
+    ) -> list[tuple[Any, Exception | None]]:
+        """BEGIN, every statement and COMMIT in one pipeline; then each one's value."""
+        statements: list[Statement[Any]] = [item.operation for item in batch]  # type: ignore[misc]
+        async with connection() as conn:
+            try:
+                with translate_errors():
+                    async with conn.pipeline() as pipeline:
+                        await conn.execute(_BEGIN)
+                        cursors = [conn.cursor() for _ in statements]
+                        for statement, cursor in zip(statements, cursors, strict=True):
+                            await cursor.execute(statement.query, statement.params)
+                        await conn.execute(_COMMIT)
+                        await pipeline.sync()
+            except StoreUnavailableError as exc:
+                raise _BatchFailedError(exc) from exc
+            except Exception as exc:
+                # The server skipped what followed the refused statement, COMMIT
+                # included: its transaction is aborted, and nothing of it committed.
+                with translate_errors():
+                    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                        await conn.execute(_ROLLBACK)
+                raise _RunApartError from exc
+        outcomes: list[tuple[Any, Exception | None]] = []
+        for statement, cursor in zip(statements, cursors, strict=True):
+            try:
+                outcomes.append((await statement._read(cursor), None))
+            except Exception as exc:  # noqa: BLE001 - it changed nothing: its caller's alone
+                outcomes.append((None, exc))
+        return outcomes
+
+    async def _run_apart(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
+        outcomes: list[tuple[Any, Exception | None]] = []
+        async with self._transaction() as conn:
+            for item in batch:
+                outcomes.append(await _in_savepoint(conn, item.operation))
+        return outcomes
+
+    @staticmethod
+    def _settle(
+        batch: list[_Pending], outcomes: Sequence[tuple[Any, BaseException | None]]
+    ) -> None:
         for item, (value, error) in zip(batch, outcomes, strict=True):
             if item.future.cancelled():
                 continue
@@ -137,8 +273,28 @@ class GroupCommit:
                 item.future.set_result(value)
 
 
+async def pipelined(
+    conn: Connection, statements: list[tuple[int, Statement[Any]]]
+) -> dict[int, Any]:
+    """Send every statement, then read every result after one sync (in the caller's
+    transaction); the values by the statements' keys."""
+    async with conn.pipeline() as pipeline:
+        cursors = []
+        for _, statement in statements:
+            cursor = conn.cursor()
+            await cursor.execute(statement.query, statement.params)
+            cursors.append(cursor)
+        await pipeline.sync()
+        return {
+            i: await statement._read(cursor)
+            for (i, statement), cursor in zip(statements, cursors, strict=True)
+        }
+
+
 async def _in_savepoint(conn: Connection, operation: Operation) -> tuple[Any, Exception | None]:
     """The operation's value, or the error that rolled back its savepoint alone."""
+    if isinstance(operation, Statement) and operation.general is not None:
+        operation = operation.general
     try:
         async with _savepoint(conn):
             return await operation(conn), None

@@ -9,12 +9,15 @@ tenant's usage counters, all in the caller's transaction.
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import dump_json, job_from_row, job_params
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
+from ferryman.adapters.postgres.grouping import Statement, pipelined
 from ferryman.adapters.postgres.rows import report_params
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
@@ -28,6 +31,152 @@ if TYPE_CHECKING:
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Job
+
+
+# One statement each (jobs.sql): the job row, then everything the change brings.
+def _statement(*blocks: str) -> str:
+    """The blocks as one statement, without comment lines and runs of blank: psycopg
+    caches its parse of a statement only up to 4,096 characters (none of these blocks
+    holds a string literal that blanks or "--" could be part of)."""
+    lines = (line for b in blocks for line in JOBS[b].splitlines())
+    return re.sub(r"\s+", " ", " ".join(ln for ln in lines if not ln.lstrip().startswith("--")))
+
+
+_UPDATE_CHANGE = _statement("written_by_update", "change_consequences", "change_outcome")
+_INSERT_CHANGE = _statement("written_by_insert", "change_consequences", "change_outcome")
+_KEYED_INSERT_CHANGE = _statement(
+    "written_by_keyed_insert", "change_consequences", "keyed_change_outcome"
+)
+
+
+def one_statement(change: Change) -> bool:
+    """Whether the change fits the one-statement form: at most one attempt ended (every
+    rule ends at most one; a takeover of several would take the general path)."""
+    return len(change.closed) <= 1
+
+
+def apply_statement(change: Change) -> Statement[bool]:
+    """``apply`` as one statement: True if the job's revision was the expected one."""
+    params = _change_params(change, _update_params(change.after), stored=0)
+    params["expected_revision"] = change.expected_revision
+    return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
+
+
+def create_statement(change: Change) -> Statement[Accepted]:
+    """``create`` of a job without an idempotency key, as one statement."""
+    job = change.after
+
+    def accepted(_rowcount: int, row: tuple[Any, ...] | None) -> Accepted:
+        if not _written(_rowcount, row):
+            raise StateConflictError("a job with this id already exists")
+        return Accepted(job=job, created=True)
+
+    params = _change_params(change, job_params(job), stored=1)
+    return Statement(_INSERT_CHANGE, params, accepted, returns_row=True)
+
+
+def keyed_create_statement(
+    change: Change, *, idempotency_expires_at: float | None
+) -> Statement[Accepted | None]:
+    """``create`` of a job with an idempotency key, as one statement when the key is
+    free; None when the key was taken (nothing written: the caller runs ``create``).
+    Should the statement be refused, its batch runs ``create`` in its place."""
+    job = change.after
+    params = _change_params(change, job_params(job), stored=1)
+    params["key_expires_at"] = idempotency_expires_at
+
+    def accepted(_rowcount: int, row: tuple[Any, ...] | None) -> Accepted | None:
+        if row is None or row[1] == 0:
+            return None
+        return Accepted(job=job, created=True)
+
+    async def general(conn: psycopg.AsyncConnection[Any]) -> Accepted:
+        return await create(conn, change, idempotency_expires_at=idempotency_expires_at)
+
+    return Statement(_KEYED_INSERT_CHANGE, params, accepted, returns_row=True, general=general)
+
+
+def _written(_rowcount: int, row: tuple[Any, ...] | None) -> bool:
+    return row is not None and row[0] == 1
+
+
+def _update_params(job: Job) -> dict[str, Any]:
+    """The columns a change may replace (written_by_update): not the input, metadata
+    and other columns fixed at accept, which would be dumped for nothing."""
+    error = job.error
+    return {
+        "job_id": job.job_id,
+        "status": str(job.status),
+        "dispatch_state": str(job.dispatch_state),
+        "attempt_count": job.attempt_count,
+        "failure_count": job.failure_count,
+        "invalid_output_count": job.invalid_output_count,
+        "fence": job.fence,
+        "attempt_id": job.attempt_id,
+        "worker_id": job.worker_id,
+        "lease_until": job.lease_until,
+        "not_before": job.not_before,
+        "cancel_requested": job.cancel_requested,
+        "result_ref": job.result_ref,
+        "error": None
+        if error is None
+        else dump_json(
+            {"code": error.code, "class": str(error.failure_class), "message": error.message}
+        ),
+        "updated_at": job.updated_at,
+        "completed_at": job.completed_at,
+        "revision": job.revision,
+        "event_seq": job.event_seq,
+        "deliveries_without_outcome": job.deliveries_without_outcome,
+        "fallback_level": job.fallback_level,
+    }
+
+
+def _change_params(change: Change, params: dict[str, Any], *, stored: int) -> dict[str, Any]:
+    job = change.after
+    params["events"] = json.dumps(
+        [
+            {
+                "seq": event.seq,
+                "at": event.at,
+                "kind": str(event.kind),
+                "detail": dump_json(event.detail),
+            }
+            for event in change.events
+        ]
+    )
+    params["closed"] = None
+    params["replaces_abandoned"] = False
+    if change.closed:
+        [ending] = change.closed
+        closed = report_params(ending.report)
+        closed["attempt_id"] = ending.attempt_id
+        closed["ended_at"] = ending.ended_at
+        params["closed"] = json.dumps(closed)
+        params["replaces_abandoned"] = ending.replaces_abandoned
+    attempt = change.opened
+    params["opened"] = None
+    if attempt is not None:
+        params["opened"] = json.dumps(
+            {
+                "attempt_no": attempt.attempt_no,
+                "attempt_id": attempt.attempt_id,
+                "worker_id": attempt.worker_id,
+                "started_at": attempt.started_at,
+                "tenant_id": attempt.tenant_id,
+                "task": attempt.task,
+                "model": attempt.model,
+            }
+        )
+    params["m_id"] = params["m_body"] = params["m_at"] = None
+    if change.enqueue:
+        params["m_id"] = messages.new_message_id()
+        params["m_body"] = QueueMessage.for_job(job).to_body()
+        params["m_at"] = change.at
+    params["stops_running"] = change.stops_running_attempt
+    params["u_unfinished"] = change.backlog_delta
+    params["u_stored"] = stored
+    return params
 
 
 async def load(conn: psycopg.AsyncConnection[Any], job_id: str) -> Job | None:
@@ -73,13 +222,36 @@ async def create_many(
         ),
     )
     outcomes: dict[int, CreateOutcome] = {}
+    keys = [
+        (c.after.tenant_id, c.after.idempotency_key) for c in changes if c.after.idempotency_key
+    ]
+    if len(set(keys)) < len(keys) or not all(one_statement(c) for c in changes):
+        # A later item may replay an earlier one's new job: each must see the last written.
+        for i in order:
+            try:
+                outcomes[i] = await create(
+                    conn, changes[i], idempotency_expires_at=idempotency_expires_at
+                )
+            except IdempotencyKeyMismatchError as exc:
+                outcomes[i] = exc
+        return [outcomes[i] for i in range(len(changes))]
+    # Keys first (each needs its answer), then every new job in one pipelined round trip.
+    new: list[int] = []
     for i in order:
-        try:
-            outcomes[i] = await create(
-                conn, changes[i], idempotency_expires_at=idempotency_expires_at
-            )
-        except IdempotencyKeyMismatchError as exc:
-            outcomes[i] = exc
+        job = changes[i].after
+        if job.idempotency_key is not None:
+            try:
+                existing = await _claim_key(
+                    conn, job, now=changes[i].at, expires_at=idempotency_expires_at
+                )
+            except IdempotencyKeyMismatchError as exc:
+                outcomes[i] = exc
+                continue
+            if existing is not None:
+                outcomes[i] = Accepted(job=existing, created=False)
+                continue
+        new.append(i)
+    outcomes.update(await pipelined(conn, [(i, create_statement(changes[i])) for i in new]))
     return [outcomes[i] for i in range(len(changes))]
 
 

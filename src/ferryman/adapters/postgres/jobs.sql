@@ -241,3 +241,171 @@ SELECT * FROM (
     GROUP BY 1
 ) AS usage
 ORDER BY key COLLATE "C";
+
+-- A change in ONE statement, so a group commit can pipeline a batch of them (grouping.py):
+-- written_by_update or written_by_insert (the job row, conditional), then
+-- change_consequences, whose every part is written only if the job row was
+-- (``FROM written``). A part the change lacks is an empty array or a NULL. Data-modifying
+-- CTEs all run, referenced or not, on one snapshot; no two of them touch the same row.
+-- The pg_notify calls run only if the row was written, and are delivered only if the
+-- transaction commits. The events and the attempt rows travel as JSON
+-- (json_populate_record[set]): psycopg caches its parse of a statement only up to 50
+-- parameters (parsing this one anew each time cost more than the round trips it
+-- saves), and dumping one JSON text is cheaper for it than dumping arrays.
+
+-- name: written_by_update
+WITH written AS (
+    UPDATE jobs SET
+        status = %(status)s,
+        dispatch_state = %(dispatch_state)s,
+        attempt_count = %(attempt_count)s,
+        failure_count = %(failure_count)s,
+        invalid_output_count = %(invalid_output_count)s,
+        fence = %(fence)s,
+        attempt_id = %(attempt_id)s,
+        worker_id = %(worker_id)s,
+        lease_until = %(lease_until)s,
+        not_before = %(not_before)s,
+        cancel_requested = %(cancel_requested)s,
+        result_ref = %(result_ref)s,
+        error = %(error)s,
+        updated_at = %(updated_at)s,
+        completed_at = %(completed_at)s,
+        revision = %(revision)s,
+        event_seq = %(event_seq)s,
+        deliveries_without_outcome = %(deliveries_without_outcome)s,
+        fallback_level = %(fallback_level)s
+    WHERE job_id = %(job_id)s AND revision = %(expected_revision)s
+    RETURNING job_id, tenant_id
+)
+
+-- name: written_by_insert
+WITH written AS (
+    INSERT INTO jobs (
+        job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+        payload_version, status, dispatch_state, attempt_count, failure_count,
+        invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+        cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+        updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
+        fallback_level
+    ) VALUES (
+        %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s,
+        %(model)s, %(input)s, %(metadata)s, %(payload_version)s, %(status)s,
+        %(dispatch_state)s, %(attempt_count)s, %(failure_count)s,
+        %(invalid_output_count)s, %(fence)s, %(attempt_id)s, %(worker_id)s,
+        %(lease_until)s, %(not_before)s, %(cancel_requested)s, %(result_ref)s, %(error)s,
+        %(traceparent)s, %(correlation_id)s, %(created_at)s, %(updated_at)s,
+        %(completed_at)s, %(revision)s, %(event_seq)s, %(deliveries_without_outcome)s,
+        %(fallback_level)s
+    )
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, tenant_id
+)
+
+-- name: change_consequences
+, new_events AS (
+    INSERT INTO events (job_id, seq, at, kind, detail)
+    SELECT written.job_id, e.seq, e.at, e.kind, e.detail
+    FROM written CROSS JOIN json_populate_recordset(NULL::events, %(events)s::json) AS e
+), closed_attempt AS (
+    -- As close_attempt: an ended attempt keeps its first ending.
+    UPDATE attempts SET
+        ended_at = c.ended_at,
+        outcome = c.outcome,
+        failure_class = c.failure_class,
+        error_code = c.error_code,
+        latency_ms = c.latency_ms,
+        input_tokens = c.input_tokens,
+        output_tokens = c.output_tokens,
+        provider_request_id = c.provider_request_id,
+        model = COALESCE(c.model, attempts.model),
+        provider = c.provider,
+        provider_model = c.provider_model,
+        finish_reason = c.finish_reason,
+        cost_nano_usd = c.cost_nano_usd,
+        raw_output = c.raw_output
+    FROM written CROSS JOIN json_populate_record(NULL::attempts, %(closed)s::json) AS c
+    WHERE attempts.job_id = written.job_id AND attempts.attempt_id = c.attempt_id
+      AND (attempts.outcome IS NULL
+           OR (%(replaces_abandoned)s::boolean AND attempts.outcome = 'abandoned'))
+), opened_attempt AS (
+    INSERT INTO attempts (
+        job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
+    )
+    SELECT written.job_id, o.attempt_no, o.attempt_id, o.worker_id, o.started_at,
+        o.tenant_id, o.task, o.model
+    FROM written CROSS JOIN json_populate_record(NULL::attempts, %(opened)s::json) AS o
+    WHERE o.attempt_id IS NOT NULL
+), new_message AS (
+    INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count)
+    SELECT %(m_id)s::text, %(m_body)s::text, written.tenant_id, %(m_at)s::float8,
+        %(m_at)s::float8, 0
+    FROM written
+    WHERE %(m_id)s::text IS NOT NULL
+), usage AS (
+    INSERT INTO tenant_usage (tenant_id, unfinished, stored)
+    SELECT written.tenant_id, %(u_unfinished)s::int, %(u_stored)s::int
+    FROM written
+    WHERE %(u_unfinished)s::int <> 0 OR %(u_stored)s::int <> 0
+    ON CONFLICT (tenant_id) DO UPDATE SET
+        unfinished = tenant_usage.unfinished + excluded.unfinished,
+        stored = tenant_usage.stored + excluded.stored
+)
+
+-- name: change_outcome
+SELECT
+    w.n AS written,
+    CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
+        THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
+    CASE WHEN w.n > 0 AND %(stops_running)s::boolean
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+FROM (SELECT count(*) AS n FROM written) AS w;
+
+-- name: written_by_keyed_insert
+-- An accept with an idempotency key, when the key is free: the key's entry, then the
+-- job FROM it. A key already taken writes nothing (claimed = 0), and the caller then
+-- takes the general path (jobops.create: replay, mismatch or an expired entry).
+WITH claimed AS (
+    INSERT INTO idempotency (tenant_id, key, job_id, request_hash, expires_at)
+    VALUES (
+        %(tenant_id)s, %(idempotency_key)s, %(job_id)s, %(request_hash)s,
+        %(key_expires_at)s::float8
+    )
+    ON CONFLICT (tenant_id, key) DO NOTHING
+    RETURNING job_id
+), written AS (
+    INSERT INTO jobs (
+        job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+        payload_version, status, dispatch_state, attempt_count, failure_count,
+        invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+        cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+        updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
+        fallback_level
+    )
+    SELECT
+        %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s,
+        %(model)s, %(input)s, %(metadata)s, %(payload_version)s, %(status)s,
+        %(dispatch_state)s, %(attempt_count)s, %(failure_count)s,
+        %(invalid_output_count)s, %(fence)s, %(attempt_id)s, %(worker_id)s,
+        %(lease_until)s, %(not_before)s, %(cancel_requested)s, %(result_ref)s, %(error)s,
+        %(traceparent)s, %(correlation_id)s, %(created_at)s, %(updated_at)s,
+        %(completed_at)s, %(revision)s, %(event_seq)s, %(deliveries_without_outcome)s,
+        %(fallback_level)s
+    FROM claimed
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, tenant_id
+)
+
+-- name: keyed_change_outcome
+-- A key claimed for a job whose id was taken must not commit: the division by zero
+-- (1 - claimed + written = 0) fails the statement, so the transaction rolls back and the
+-- general path runs instead (in a savepoint of its own), as for any refused statement.
+SELECT
+    w.n AS written,
+    c.n AS claimed,
+    1 / (1 - c.n + w.n) AS consistent,
+    CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
+        THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
+    CASE WHEN w.n > 0 AND %(stops_running)s::boolean
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+FROM (SELECT count(*) AS n FROM written) AS w, (SELECT count(*) AS n FROM claimed) AS c;

@@ -34,6 +34,7 @@ class PostgresSharedLimits:
         row = await self._db.fetch_one(
             LIMITS["lease_tokens"],
             {"key": key, "rate": rate_per_second, "burst": burst, "want": want, "now": now},
+            retry=False,  # it writes: a lease taken twice would admit more than the budget
         )
         if row is None:  # an upsert always returns its row
             raise RuntimeError("lease_tokens returned no row")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute
+from ferryman.adapters.postgres.grouping import Statement
 from ferryman.adapters.postgres.sql import QUEUE
 from ferryman.ports.queue import DeadLetter, DeadLetterReason, Delivery, QueueMessage, QueueStats
 
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from ferryman.adapters.postgres.database import PostgresDatabase
     from ferryman.core.clock import Clock
     from ferryman.ports.queue import TenantBudget
+
+
+def _rows(rowcount: int, _row: object) -> int:
+    return rowcount
 
 
 class PostgresJobQueue:
@@ -121,7 +126,7 @@ class PostgresJobQueue:
         parts = messages.split_receipt(receipt)
         if parts is not None:
             params = {"id": parts[0], "token": parts[1]}
-            await self._db.group.run(lambda conn: execute(conn, QUEUE["delete_message"], params))
+            await self._db.group.run(Statement(QUEUE["delete_message"], params, _rows))
 
     async def receive_dead_letters(self, *, max_messages: int) -> list[DeadLetter]:
         rows = await self._db.fetch_all(QUEUE["list_dead_letters"], {"limit": max(0, max_messages)})

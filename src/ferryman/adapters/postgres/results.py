@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.postgres.database import execute
+from ferryman.adapters.postgres.grouping import Statement
 from ferryman.adapters.postgres.sql import MISC
 from ferryman.core.errors import (
     ResultsUnavailableError,
@@ -30,6 +31,10 @@ _PROBE_KEY = ".probe"
 _RECLAIM_PAGE = 500
 
 
+def _rows(rowcount: int, _row: object) -> int:
+    return rowcount
+
+
 class _ProbeDone(Exception):
     """Rolls the probe's transaction back: it must leave nothing behind."""
 
@@ -44,7 +49,7 @@ class PostgresResultStore:
         # Durable on return: the statement's transaction committed (synchronous_commit
         # is the server's to set; on by default).
         params = {"key": key, "data": data}
-        await self._db.group.run(lambda conn: execute(conn, MISC["put_result"], params))
+        await self._db.group.run(Statement(MISC["put_result"], params, _rows))
         return f"db:{key};sha256={checksum(data)}"
 
     async def get(self, ref: str, *, key: str) -> bytes:

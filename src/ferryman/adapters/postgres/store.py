@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.postgres import jobops
+from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
 
@@ -31,15 +32,30 @@ class PostgresJobStore:
     def __init__(self, db: PostgresDatabase, *, clock: Clock | None = None) -> None:
         self._db = db
         self._clock = clock
+        # Every accept asks: concurrent asks share a read that started after each asked.
+        self._usage: SharedRead[str, TenantUsage] = SharedRead(self._read_usage)
 
     @property
     def enqueues_with_job(self) -> bool:
         return True
 
     async def create(self, change: Change, *, idempotency_expires_at: float | None) -> Accepted:
-        accepted = await self._db.group.run(
-            lambda conn: jobops.create(conn, change, idempotency_expires_at=idempotency_expires_at)
-        )
+        accepted: Accepted | None = None
+        if jobops.one_statement(change):
+            if change.after.idempotency_key is None:
+                accepted = await self._db.group.run(jobops.create_statement(change))
+            else:
+                accepted = await self._db.group.run(
+                    jobops.keyed_create_statement(
+                        change, idempotency_expires_at=idempotency_expires_at
+                    )
+                )
+        if accepted is None:  # the key was taken (a replay, a mismatch, an expired entry)
+            accepted = await self._db.group.run(
+                lambda conn: jobops.create(
+                    conn, change, idempotency_expires_at=idempotency_expires_at
+                )
+            )
         if accepted.created and change.enqueue:
             self._db.wakeup.notify()
         return accepted
@@ -58,7 +74,10 @@ class PostgresJobStore:
         return outcomes
 
     async def apply(self, change: Change) -> bool:
-        applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
+        if jobops.one_statement(change):
+            applied = await self._db.group.run(jobops.apply_statement(change))
+        else:
+            applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
         if applied and change.enqueue:
             self._db.wakeup.notify()
         if applied and change.stops_running_attempt:
@@ -135,6 +154,9 @@ class PostgresJobStore:
         return {row["job_id"] for row in rows}
 
     async def usage(self, tenant_id: str) -> TenantUsage:
+        return await self._usage.get(tenant_id)
+
+    async def _read_usage(self, tenant_id: str) -> TenantUsage:
         row = await self._db.fetch_one(JOBS["tenant_usage"], {"tenant_id": tenant_id})
         if row is None:
             return TenantUsage(unfinished=0, stored=0)
