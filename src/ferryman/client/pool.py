@@ -38,7 +38,11 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         total = (limits or httpx.Limits()).max_connections or 100
         size = max(1, math.ceil(total / shards))
         shard_limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        self._shards = [httpx.AsyncHTTPTransport(limits=shard_limits) for _ in range(shards)]
+        # One TLS context for all: loading the CA bundle takes ~30 ms each time.
+        tls = httpx.create_ssl_context()
+        self._shards = [
+            httpx.AsyncHTTPTransport(verify=tls, limits=shard_limits) for _ in range(shards)
+        ]
         self._in_flight = [0] * shards
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
