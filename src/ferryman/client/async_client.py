@@ -88,6 +88,7 @@ class AsyncClient:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
+        self._urls = calls.Urls(self._http)
         self._contact = Contact()
         self._on_retry = on_retry
 
@@ -239,7 +240,12 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                    call.method,
+                    self._urls(call.path),
+                    json=call.json,
+                    # None, not an empty dict, spares httpx re-parsing the URL.
+                    params=call.params or None,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 await _sleep(tries.after_error(exc))

@@ -79,6 +79,7 @@ class Client:
         self._http = httpx.Client(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
+        self._urls = calls.Urls(self._http)
         self._contact = Contact()
         self._on_retry = on_retry
 
@@ -225,7 +226,12 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                    call.method,
+                    self._urls(call.path),
+                    json=call.json,
+                    # None, not an empty dict, spares httpx re-parsing the URL.
+                    params=call.params or None,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 _sleep(tries.after_error(exc))
