@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import httpx
 
 from ferryman.client import calls
+from ferryman.client.cookies import skip_cookieless_responses
 from ferryman.client.retrying import (
     DEFAULT_RETRY_BUDGET_SECONDS,
     Contact,
@@ -79,6 +80,7 @@ class Client:
         self._http = httpx.Client(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
+        skip_cookieless_responses(self._http)
         self._urls = calls.Urls(self._http)
         self._contact = Contact()
         self._on_retry = on_retry
