@@ -31,7 +31,9 @@ ferryman server's worker to finish what it was given). Settings of the ferryman 
 are the peers benchmark's (FERRYMAN_ENV of bench/peers.py).
 
 Run: ``.venv/bin/python bench/http_floor.py [--requests 3000] [--json]``; a subset with
-``--servers bare,ferryman-sqlite --producers raw,ferryman --modes concurrent``.
+``--servers bare,ferryman-sqlite --producers raw,ferryman --modes concurrent``. Another
+build of ferryman (a before/after pair) is measured by putting its ``src`` first on
+``PYTHONPATH``: every process of the run imports it (``git archive <commit> src``).
 """
 
 from __future__ import annotations
