@@ -12,11 +12,14 @@ The same methods as ``Client``, awaited; the rules they follow are in
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
 
 from ferryman.client import calls
+from ferryman.client.cookies import skip_cookieless_responses
+from ferryman.client.pool import ShardedTransport
 from ferryman.client.retrying import (
     DEFAULT_RETRY_BUDGET_SECONDS,
     Contact,
@@ -44,6 +47,12 @@ T = TypeVar("T")
 async def _sleep(seconds: float) -> None:
     """Every wait of the async client goes through here, so tests can skip the waiting."""
     await asyncio.sleep(seconds)
+
+
+def _proxied() -> bool:
+    """Whether the environment names a proxy: then httpx's own transports are kept, since
+    httpx routes through a proxy only when it chooses the transports itself."""
+    return any(scheme != "no" for scheme in urllib.request.getproxies())
 
 
 class AsyncClient:
@@ -75,9 +84,13 @@ class AsyncClient:
         headers = {"User-Agent": "ferryman-client"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        if transport is None and not _proxied():
+            transport = ShardedTransport()
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
+        skip_cookieless_responses(self._http)
+        self._urls = calls.Urls(self._http)
         self._contact = Contact()
         self._on_retry = on_retry
 
@@ -229,7 +242,12 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                    call.method,
+                    self._urls(call.path),
+                    json=call.json,
+                    # None, not an empty dict, spares httpx re-parsing the URL.
+                    params=call.params or None,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 await _sleep(tries.after_error(exc))

@@ -57,6 +57,26 @@ class Call(Generic[T]):
     idempotent: bool = True
 
 
+class Urls:
+    """The absolute URL of each path a client sends to, made once: httpx parses the path
+    and merges it with the base URL on every request (3 URL parses, ~30% of httpx's own
+    work per request with a mock transport). Bounded: job paths come and go."""
+
+    def __init__(self, http: httpx.Client | httpx.AsyncClient, size: int = 256) -> None:
+        self._http = http
+        self._size = size
+        self._urls: dict[str, httpx.URL] = {}
+
+    def __call__(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            if len(self._urls) >= self._size:
+                self._urls.clear()
+            # build_request merges exactly as a request would (a base URL's own path kept).
+            url = self._urls[path] = self._http.build_request("GET", path).url
+        return url
+
+
 def _json_of(response: httpx.Response) -> Any:
     if response.is_error:
         raise ClientError.from_response(response)

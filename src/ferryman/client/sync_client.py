@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import httpx
 
 from ferryman.client import calls
+from ferryman.client.cookies import skip_cookieless_responses
 from ferryman.client.retrying import (
     DEFAULT_RETRY_BUDGET_SECONDS,
     Contact,
@@ -79,6 +80,8 @@ class Client:
         self._http = httpx.Client(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
+        skip_cookieless_responses(self._http)
+        self._urls = calls.Urls(self._http)
         self._contact = Contact()
         self._on_retry = on_retry
 
@@ -225,7 +228,12 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                    call.method,
+                    self._urls(call.path),
+                    json=call.json,
+                    # None, not an empty dict, spares httpx re-parsing the URL.
+                    params=call.params or None,
+                    headers=call.headers,
                 )
             except httpx.TransportError as exc:
                 _sleep(tries.after_error(exc))

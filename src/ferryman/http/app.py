@@ -6,7 +6,8 @@ any number of times in one process (tests build one per case).
 
 Middleware, outermost first: the access log (which also turns an unexpected
 exception into a bare 500 problem, and adds the headers every response carries),
-then the body limits (size and time), then the routes.
+then the body limits (size and time), then the submit route's way around the router
+(http/hot_path.py), then the routes.
 
 The API's documentation needs nothing from the internet: /openapi.json is the
 document, and /docs (Swagger UI) and /redoc (ReDoc) load their scripts and styles
@@ -30,6 +31,7 @@ from ferryman.http.access_log import AccessLogMiddleware
 from ferryman.http.batch_bodies import BATCH_PATH
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
+from ferryman.http.hot_path import SubmitHotPath
 from ferryman.http.openapi import install_openapi
 from ferryman.http.rate_lease import LeasedBudgets
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
@@ -123,6 +125,7 @@ def create_app(deps: AppDeps) -> FastAPI:
                 timeout_seconds=deps.body_timeout_seconds,
                 path_limits={BATCH_PATH: deps.max_batch_body_bytes},
             ),
+            Middleware(SubmitHotPath),
         ],
     )
     app.state.deps = deps

@@ -216,11 +216,14 @@ def operation(
     errors: Iterable[type[FerrymanError]] = (),
     request_headers: Iterable[dict[str, Any]] = (),
     response_headers: dict[str, Any] | None = None,
+    authenticates_itself: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for a route decorator that describe the route completely.
 
     ``params``: the route has path or query parameters (so a 422 when they are wrong).
     ``body``: the model of the JSON body the route reads itself (http/bodies.py).
+    ``authenticates_itself``: the route calls ``http.auth.authenticate`` instead of
+    depending on ``Tenant``, so the document is told of the scheme here.
     """
     success_headers = dict(_CORRELATION)
     if access is not Access.PUBLIC:
@@ -233,6 +236,8 @@ def operation(
     extra: dict[str, Any] = {"parameters": [*request_headers, CORRELATION_ID]}
     if body is not None:
         extra |= openapi_body(body)
+    if authenticates_itself:
+        extra["security"] = [{BEARER_SCHEME: []}]
     kwargs: dict[str, Any] = {
         "operation_id": operation_id,
         "status_code": status,
