@@ -19,7 +19,7 @@ from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
 from ferryman.adapters.postgres.grouping import Statement, pipelined
 from ferryman.adapters.postgres.rows import report_params
-from ferryman.adapters.postgres.sql import JOBS
+from ferryman.adapters.postgres.sql import JOBS, QUEUE
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, CreateOutcome
@@ -43,6 +43,9 @@ def _statement(*blocks: str) -> str:
 
 
 _UPDATE_CHANGE = _statement("written_by_update", "change_consequences", "change_outcome")
+_UPDATE_ACK_CHANGE = _statement(
+    "written_by_update", "change_consequences", "change_ack", "change_outcome"
+)
 _INSERT_CHANGE = _statement("written_by_insert", "change_consequences", "change_outcome")
 _KEYED_INSERT_CHANGE = _statement(
     "written_by_keyed_insert", "change_consequences", "keyed_change_outcome"
@@ -60,6 +63,16 @@ def apply_statement(change: Change) -> Statement[bool]:
     params = _change_params(change, _update_params(change.after), stored=0)
     params["expected_revision"] = change.expected_revision
     return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
+
+
+def apply_and_ack_statement(change: Change, *, message_id: str, token: str) -> Statement[bool]:
+    """``apply_statement`` that also deletes the delivery's message (its id and receipt
+    token) in the same statement, only if the change was written."""
+    params = _change_params(change, _update_params(change.after), stored=0)
+    params["expected_revision"] = change.expected_revision
+    params["ack_id"] = message_id
+    params["ack_token"] = token
+    return Statement(_UPDATE_ACK_CHANGE, params, _written, returns_row=True)
 
 
 def create_statement(change: Change) -> Statement[Accepted]:
@@ -288,6 +301,16 @@ async def apply(conn: psycopg.AsyncConnection[Any], change: Change) -> bool:
     if await execute(conn, JOBS["update_job"], params) != 1:
         return False
     await _write_consequences(conn, change, stored=0)
+    return True
+
+
+async def apply_and_ack(
+    conn: psycopg.AsyncConnection[Any], change: Change, *, message_id: str, token: str
+) -> bool:
+    """``apply``, then the delivery's message deleted in the same transaction if it was."""
+    if not await apply(conn, change):
+        return False
+    await execute(conn, QUEUE["delete_message"], {"id": message_id, "token": token})
     return True
 
 

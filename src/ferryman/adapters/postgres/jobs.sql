@@ -352,6 +352,14 @@ WITH written AS (
         stored = tenant_usage.stored + excluded.stored
 )
 
+-- name: change_ack
+-- The attempt's message, deleted with the terminal write that ends the job (and only
+-- if that write was made): the ack commits with the outcome or not at all.
+, acked AS (
+    DELETE FROM messages USING written
+    WHERE messages.id = %(ack_id)s::text AND messages.receipt_token = %(ack_token)s::text
+)
+
 -- name: change_outcome
 SELECT
     w.n AS written,

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
 from ferryman.adapters.postgres import jobops
+from ferryman.adapters.postgres.messages import split_receipt
 from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
@@ -78,11 +79,36 @@ class PostgresJobStore:
             applied = await self._db.group.run(jobops.apply_statement(change))
         else:
             applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
+        self._after_apply(change, applied)
+        return applied
+
+    def _after_apply(self, change: Change, applied: bool) -> None:
         if applied and change.enqueue:
             self._db.wakeup.notify()
         if applied and change.stops_running_attempt:
             # This process's watchers at once (other processes' through the NOTIFY).
             self._db.cancel_wakeup.notify()
+
+    @property
+    def acks_with_outcome(self) -> bool:
+        return True
+
+    async def apply_and_ack(self, change: Change, *, receipt: str) -> bool:
+        """``apply``, and the delivery's message deleted in the same transaction if the
+        change was written (the queue is a table of this database): one group-commit
+        wait per job fewer than the outcome followed by ``JobQueue.delete``."""
+        parts = split_receipt(receipt)
+        if parts is None:  # not one of this queue's receipts: nothing it could delete
+            return await self.apply(change)
+        message_id, token = parts
+        if jobops.one_statement(change):
+            statement = jobops.apply_and_ack_statement(change, message_id=message_id, token=token)
+            applied = await self._db.group.run(statement)
+        else:
+            applied = await self._db.group.run(
+                lambda conn: jobops.apply_and_ack(conn, change, message_id=message_id, token=token)
+            )
+        self._after_apply(change, applied)
         return applied
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
