@@ -256,6 +256,7 @@ class DeliveryHandler:
                 result_ref=ref,
                 report=report,
                 known=attempt.job,
+                ack=self._ack_with_outcome(attempt),
             )
         )
         if after is None:
@@ -290,6 +291,7 @@ class DeliveryHandler:
                     report=report,
                     known=attempt.job,
                     fall_back_to=verdict.fall_back_to,
+                    ack=self._ack_with_outcome(attempt),
                 )
             )
         else:
@@ -302,6 +304,7 @@ class DeliveryHandler:
                     error=verdict.error,
                     report=report,
                     known=attempt.job,
+                    ack=self._ack_with_outcome(attempt),
                 )
             )
         if after is None:
@@ -336,6 +339,7 @@ class DeliveryHandler:
                 now=self._clock.now(),
                 report=report,
                 known=attempt.job,
+                ack=self._ack_with_outcome(attempt),
             )
         )
         if after is None:
@@ -345,7 +349,8 @@ class DeliveryHandler:
     async def _ended(
         self, attempt: RunningAttempt, after: Job, klass: FailureClass | None = None
     ) -> Verdict:
-        """The owner's write made the job terminal: count it, then ack (I5)."""
+        """The owner's write made the job terminal: count it, then ack (I5), unless
+        the write deleted the message already."""
         outcome = {
             JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED,
             JobStatus.FAILED: AttemptOutcome.FAILED,
@@ -353,8 +358,15 @@ class DeliveryHandler:
         failure_class = klass if after.status is JobStatus.FAILED else None
         self._count_terminal(after, after.status, failure_class)
         metrics.ATTEMPTS_ENDED.labels(outcome=outcome).inc()
-        await self._ack(attempt.delivery)
+        if not self._store.acks_with_outcome:
+            await self._ack(attempt.delivery)
         return _VERDICTS[after.status]
+
+    def _ack_with_outcome(self, attempt: RunningAttempt) -> str | None:
+        """The receipt to delete with a terminal write (the engines that can: one
+        transaction instead of two, and still never an ack before the outcome is
+        stored); None where the message is deleted after it (``_ended``)."""
+        return attempt.delivery.receipt if self._store.acks_with_outcome else None
 
     async def _lease_lost(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
         """Another attempt owns the job now: record why ours ended, leave its message alone."""

@@ -22,6 +22,7 @@ from ferryman.core.errors import (
     StaleFenceError,
     StateConflictError,
 )
+from ferryman.ports.store import AcksWithOutcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -77,6 +78,10 @@ class LeaseStatus:
 class JobLedger:
     def __init__(self, store: JobStore) -> None:
         self._store = store
+        # Where the engine can, an attempt's terminal write deletes its message too.
+        self._acking: AcksWithOutcome | None = (
+            store if isinstance(store, AcksWithOutcome) and store.acks_with_outcome else None
+        )
 
     @property
     def store(self) -> JobStore:
@@ -86,15 +91,29 @@ class JobLedger:
     def enqueues_with_job(self) -> bool:
         return self._store.enqueues_with_job
 
+    @property
+    def acks_with_outcome(self) -> bool:
+        """An ``ack`` given to succeed, fail or finish_cancelled is deleted in the same
+        transaction as the terminal write (ports/store.py's AcksWithOutcome); when
+        False the ``ack`` is ignored and the caller deletes the message itself."""
+        return self._acking is not None
+
     # --- the one write loop -----------------------------------------------------
 
     async def _mutate(
-        self, job_id: str, rule: Callable[[Job], Change | None], *, known: Job | None = None
+        self,
+        job_id: str,
+        rule: Callable[[Job], Change | None],
+        *,
+        known: Job | None = None,
+        ack: str | None = None,
     ) -> tuple[Job, Change | None]:
         """Apply ``rule`` to the current job until its change lands (or it wants none).
 
         Returns the job as the change left it (or as found, with None). The rule's own
         exceptions (IllegalTransitionError, StaleFenceError) propagate unchanged.
+        ``ack``: a receipt deleted with a change that leaves the job terminal (where
+        the engine can; see ``acks_with_outcome``).
         """
         job = known
         for _ in range(MAX_CONFLICTS):
@@ -105,17 +124,27 @@ class JobLedger:
             change = rule(job)
             if change is None:
                 return job, None
-            if await self._store.apply(change):
+            if await self._apply(change, ack):
                 return change.after, change
             job = None  # it moved under us: read it again
         raise StateConflictError(f"job {job_id} kept changing; gave up after {MAX_CONFLICTS}")
 
+    async def _apply(self, change: Change, ack: str | None) -> bool:
+        if ack is not None and self._acking is not None and change.after.status.terminal:
+            return await self._acking.apply_and_ack(change, receipt=ack)
+        return await self._store.apply(change)
+
     async def _owner_write(
-        self, job_id: str, rule: Callable[[Job], Change], *, known: Job | None
+        self,
+        job_id: str,
+        rule: Callable[[Job], Change],
+        *,
+        known: Job | None,
+        ack: str | None = None,
     ) -> Job | None:
         """An owning attempt's write: the job after it, or None if the attempt lost it."""
         try:
-            job, _ = await self._mutate(job_id, rule, known=known)
+            job, _ = await self._mutate(job_id, rule, known=known, ack=ack)
         except (StaleFenceError, JobNotFoundError):
             return None
         return job
@@ -216,6 +245,7 @@ class JobLedger:
         result_ref: str,
         report: AttemptReport,
         known: Job | None = None,
+        ack: str | None = None,
     ) -> Job | None:
         """Publish (or, when a cancel was requested meanwhile, end CANCELLED). None: the
         attempt no longer owns the job and nothing was written."""
@@ -225,6 +255,7 @@ class JobLedger:
                 job, attempt_id=attempt_id, now=now, result_ref=result_ref, report=report
             ),
             known=known,
+            ack=ack,
         )
 
     async def schedule_retry(
@@ -238,7 +269,10 @@ class JobLedger:
         report: AttemptReport,
         known: Job | None = None,
         fall_back_to: str | None = None,
+        ack: str | None = None,
     ) -> Job | None:
+        """``ack`` goes only with a change that ends the job (a cancel requested
+        meanwhile wins over the retry); a scheduled retry keeps its message (I5)."""
         return await self._owner_write(
             job_id,
             lambda job: changes.schedule_retry(
@@ -251,6 +285,7 @@ class JobLedger:
                 fall_back_to=fall_back_to,
             ),
             known=known,
+            ack=ack,
         )
 
     async def fail(
@@ -262,6 +297,7 @@ class JobLedger:
         error: JobError,
         report: AttemptReport,
         known: Job | None = None,
+        ack: str | None = None,
     ) -> Job | None:
         return await self._owner_write(
             job_id,
@@ -269,6 +305,7 @@ class JobLedger:
                 job, attempt_id=attempt_id, now=now, error=error, report=report
             ),
             known=known,
+            ack=ack,
         )
 
     async def finish_cancelled(
@@ -279,6 +316,7 @@ class JobLedger:
         now: float,
         report: AttemptReport,
         known: Job | None = None,
+        ack: str | None = None,
     ) -> Job | None:
         return await self._owner_write(
             job_id,
@@ -286,6 +324,7 @@ class JobLedger:
                 job, attempt_id=attempt_id, now=now, report=report
             ),
             known=known,
+            ack=ack,
         )
 
     async def release(

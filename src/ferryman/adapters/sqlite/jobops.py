@@ -94,6 +94,14 @@ def apply(conn: sqlite3.Connection, change: Change) -> bool:
     return True
 
 
+def apply_and_ack(conn: sqlite3.Connection, change: Change, *, receipt: str) -> bool:
+    """``apply``, and the message acknowledged in the same transaction if it applied."""
+    if not apply(conn, change):
+        return False
+    messages.delete(conn, receipt)
+    return True
+
+
 def _write_consequences(conn: sqlite3.Connection, change: Change, *, stored: int) -> None:
     job_id = change.job_id
     for event in change.events:

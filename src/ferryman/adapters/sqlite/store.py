@@ -66,8 +66,21 @@ class SqliteJobStore:
             self._db.wakeup.notify()
         return outcomes
 
+    @property
+    def acks_with_outcome(self) -> bool:
+        return True
+
     async def apply(self, change: Change) -> bool:
-        applied = await self._db.write(partial(jobops.apply, change=change))
+        return self._applied(change, await self._db.write(partial(jobops.apply, change=change)))
+
+    async def apply_and_ack(self, change: Change, *, receipt: str) -> bool:
+        # The queue is a table of this file: the ack shares the outcome's transaction.
+        applied = await self._db.write(
+            partial(jobops.apply_and_ack, change=change, receipt=receipt)
+        )
+        return self._applied(change, applied)
+
+    def _applied(self, change: Change, applied: bool) -> bool:
         if applied and change.enqueue:
             self._db.wakeup.notify()
         if applied and change.stops_running_attempt:
