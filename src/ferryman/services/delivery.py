@@ -175,7 +175,7 @@ class DeliveryHandler:
             known=job,
         )
         if claim.abandoned_attempt_id is not None:
-            metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.ABANDONED).inc()
+            metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()
         if claim.dead_lettered:
             return await self._dead_lettered(delivery, claim.job)
         if not claim.claimed:
@@ -310,8 +310,8 @@ class DeliveryHandler:
         if after is None:
             return await self._lease_lost(attempt, result)
         if after.status is JobStatus.RETRY_SCHEDULED:
-            metrics.RETRIES.labels(failure_class=error.failure_class).inc()
-            metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.RETRY).inc()
+            metrics.child(metrics.RETRIES, failure_class=error.failure_class).inc()
+            metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.RETRY).inc()
             # The same message carries the retry: hidden until the job is due (I5).
             await self._hide(attempt.delivery, verdict.delay_seconds)
             return Verdict.RETRY_SCHEDULED
@@ -357,7 +357,7 @@ class DeliveryHandler:
         }.get(after.status, AttemptOutcome.CANCELLED)
         failure_class = klass if after.status is JobStatus.FAILED else None
         self._count_terminal(after, after.status, failure_class)
-        metrics.ATTEMPTS_ENDED.labels(outcome=outcome).inc()
+        metrics.child(metrics.ATTEMPTS_ENDED, outcome=outcome).inc()
         if not self._store.acks_with_outcome:
             await self._ack(attempt.delivery)
         return _VERDICTS[after.status]
@@ -376,7 +376,7 @@ class DeliveryHandler:
             now=self._clock.now(),
             report=self._report(result, AttemptOutcome.LEASE_LOST),
         )
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.LEASE_LOST).inc()
+        metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.LEASE_LOST).inc()
         return Verdict.LEASE_LOST
 
     async def _release(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
@@ -390,7 +390,7 @@ class DeliveryHandler:
         )
         if released is None:
             return await self._lease_lost(attempt, result)
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.ABANDONED).inc()
+        metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()
         await self._hide(attempt.delivery, 0.0)
         return Verdict.RELEASED
 
@@ -446,11 +446,13 @@ class DeliveryHandler:
         report = result.report(outcome)
         if report.provider is not None and report.model is not None:
             labels = {"provider": report.provider, "model": report.model, "outcome": outcome}
-            metrics.ATTEMPT_TOKENS.labels(**labels, direction="input").inc(report.input_tokens or 0)
-            metrics.ATTEMPT_TOKENS.labels(**labels, direction="output").inc(
+            metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="input").inc(
+                report.input_tokens or 0
+            )
+            metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="output").inc(
                 report.output_tokens or 0
             )
-            metrics.PROVIDER_COST.labels(**labels).inc(usd(report.cost_nano_usd or 0))
+            metrics.child(metrics.PROVIDER_COST, **labels).inc(usd(report.cost_nano_usd or 0))
         return report
 
     async def _persistently(self, write: Callable[[], Awaitable[T]]) -> T:
@@ -476,13 +478,14 @@ class DeliveryHandler:
         await self._queue.change_visibility(delivery.receipt, timeout_seconds=max(0.0, seconds))
 
     def _count_terminal(self, job: Job, status: JobStatus, klass: FailureClass | None) -> None:
-        metrics.JOB_OUTCOMES.labels(
+        metrics.child(
+            metrics.JOB_OUTCOMES,
             task=job.task,
             tenant=metrics.tenant_label(job.tenant_id),
             status=status,
             failure_class=klass or "",
         ).inc()
-        metrics.END_TO_END_LATENCY.labels(task=job.task).observe(
+        metrics.child(metrics.END_TO_END_LATENCY, task=job.task).observe(
             max(0.0, self._clock.now() - job.created_at)
         )
 
