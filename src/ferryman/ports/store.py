@@ -213,3 +213,16 @@ class AcksWithOutcome(Protocol):
         """``apply(change)``; only if it applied, also delete the queue message the
         receipt names, as ``JobQueue.delete`` would, in the same transaction."""
         ...
+
+
+@runtime_checkable
+class AppliesMany(Protocol):
+    """Optional, beside JobStore: several jobs' changes in one transaction (a worker's
+    claims for one receive batch: one commit instead of one each). Without it the
+    ledger applies them one by one, concurrently, which is what it did before."""
+
+    async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
+        """``apply`` for each change, in order, in one transaction: each is written only
+        if its own job still has its ``expected_revision``, whatever became of the
+        others. Per change, whether it was written."""
+        ...

@@ -36,7 +36,9 @@ from ferryman.core.models import usd
 from ferryman.core.results import result_key
 from ferryman.observability import metrics
 from ferryman.services.attempt import RunningAttempt
+from ferryman.services.claims import ClaimBatcher
 from ferryman.services.failures import judge_failure
+from ferryman.services.ledger import ClaimRequest
 from ferryman.services.pauses import ProviderPauses
 
 if TYPE_CHECKING:
@@ -114,6 +116,7 @@ class DeliveryHandler:
         self._control = control
         self._pauses = ProviderPauses(control)
         self._store = store
+        self._claims = ClaimBatcher(store)
         self._queue = queue
         self._results = results
         self._runner = runner
@@ -165,14 +168,16 @@ class DeliveryHandler:
 
     async def _claim_and_run(self, delivery: Delivery, job: Job) -> Verdict:
         now = self._clock.now()
-        claim = await self._store.claim(
-            job.job_id,
-            attempt_id=new_attempt_id(),
-            worker_id=self._settings.worker_id,
-            now=now,
-            lease_until=self._settings.lease.lease_until(now),
-            max_deliveries_without_outcome=self._settings.max_receives,
-            known=job,
+        # Written together with the claims of the batch's other deliveries.
+        claim = await self._claims.claim(
+            ClaimRequest(
+                known=job,
+                attempt_id=new_attempt_id(),
+                worker_id=self._settings.worker_id,
+                now=now,
+                lease_until=self._settings.lease.lease_until(now),
+                max_deliveries_without_outcome=self._settings.max_receives,
+            )
         )
         if claim.abandoned_attempt_id is not None:
             metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()

@@ -11,6 +11,7 @@ what it just read), so a small bound on retries is a safety net, not a policy.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from ferryman.core.errors import (
     StaleFenceError,
     StateConflictError,
 )
-from ferryman.ports.store import AcksWithOutcome
+from ferryman.ports.store import AcksWithOutcome, AppliesMany
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -82,6 +83,8 @@ class JobLedger:
         self._acking: AcksWithOutcome | None = (
             store if isinstance(store, AcksWithOutcome) and store.acks_with_outcome else None
         )
+        # Where the engine can, several jobs' changes are written in one transaction.
+        self._applies_many: AppliesMany | None = store if isinstance(store, AppliesMany) else None
 
     @property
     def store(self) -> JobStore:
@@ -187,28 +190,49 @@ class JobLedger:
         max_deliveries_without_outcome: int,
         known: Job | None = None,
     ) -> ClaimResult:
-        def rule(job: Job) -> Change | None:
-            try:
-                return changes.claim(
-                    job,
-                    attempt_id=attempt_id,
-                    worker_id=worker_id,
-                    now=now,
-                    lease_until=lease_until,
-                    max_deliveries_without_outcome=max_deliveries_without_outcome,
-                )
-            except IllegalTransitionError:
-                return None
-
+        rule = _claim_rule(
+            attempt_id=attempt_id,
+            worker_id=worker_id,
+            now=now,
+            lease_until=lease_until,
+            max_deliveries_without_outcome=max_deliveries_without_outcome,
+        )
         job, change = await self._mutate(job_id, rule, known=known)
-        if change is None:
-            return ClaimResult(job=job, claimed=False)
-        abandoned = change.closed[0].attempt_id if change.closed else None
-        if change.opened is None:
-            return ClaimResult(
-                job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
+        return _claim_result(job, change)
+
+    async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """``claim`` for each request, in order; the changes of the jobs as the requests
+        know them are written together, in one transaction where the engine can
+        (ports/store.py's AppliesMany). Each is still conditional on its own job's
+        revision: a job that moved meanwhile is read again and claimed alone."""
+        rules = [
+            _claim_rule(
+                attempt_id=c.attempt_id,
+                worker_id=c.worker_id,
+                now=c.now,
+                lease_until=c.lease_until,
+                max_deliveries_without_outcome=c.max_deliveries_without_outcome,
             )
-        return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)
+            for c in claims
+        ]
+        proposed = [rule(c.known) for rule, c in zip(rules, claims, strict=True)]
+        to_apply = [change for change in proposed if change is not None]
+        applied = iter(await self._apply_many(to_apply)) if to_apply else iter(())
+        results: list[ClaimResult] = []
+        for claim, rule, change in zip(claims, rules, proposed, strict=True):
+            if change is None:
+                results.append(ClaimResult(job=claim.known, claimed=False))
+            elif next(applied):
+                results.append(_claim_result(change.after, change))
+            else:  # it moved under us: read it again and decide again, alone
+                job, again = await self._mutate(claim.known.job_id, rule)
+                results.append(_claim_result(job, again))
+        return results
+
+    async def _apply_many(self, batch: Sequence[Change]) -> list[bool]:
+        if self._applies_many is not None and len(batch) > 1:
+            return await self._applies_many.apply_many(batch)
+        return list(await asyncio.gather(*(self._store.apply(change) for change in batch)))
 
     async def renew_lease(
         self,
@@ -482,3 +506,50 @@ class JobLedger:
 
     async def ping(self, *, write: bool = False) -> None:
         await self._store.ping(write=write)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One claim of ``claim_many``: the job as the worker read it, and the new attempt."""
+
+    known: Job
+    attempt_id: str
+    worker_id: str
+    now: float
+    lease_until: float
+    max_deliveries_without_outcome: int
+
+
+def _claim_rule(
+    *,
+    attempt_id: str,
+    worker_id: str,
+    now: float,
+    lease_until: float,
+    max_deliveries_without_outcome: int,
+) -> Callable[[Job], Change | None]:
+    def rule(job: Job) -> Change | None:
+        try:
+            return changes.claim(
+                job,
+                attempt_id=attempt_id,
+                worker_id=worker_id,
+                now=now,
+                lease_until=lease_until,
+                max_deliveries_without_outcome=max_deliveries_without_outcome,
+            )
+        except IllegalTransitionError:
+            return None
+
+    return rule
+
+
+def _claim_result(job: Job, change: Change | None) -> ClaimResult:
+    if change is None:
+        return ClaimResult(job=job, claimed=False)
+    abandoned = change.closed[0].attempt_id if change.closed else None
+    if change.opened is None:
+        return ClaimResult(
+            job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
+        )
+    return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)

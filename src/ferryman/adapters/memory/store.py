@@ -111,6 +111,9 @@ class InMemoryJobStore:
     async def apply(self, change: Change) -> bool:
         return await self._apply(change, ack=None)
 
+    async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
+        return [await self._apply(change, ack=None) for change in changes]
+
     @property
     def acks_with_outcome(self) -> bool:
         return self._queue is not None

@@ -94,6 +94,11 @@ def apply(conn: sqlite3.Connection, change: Change) -> bool:
     return True
 
 
+def apply_many(conn: sqlite3.Connection, changes: Sequence[Change]) -> list[bool]:
+    """``apply`` for each change, in order, in the caller's transaction."""
+    return [apply(conn, change) for change in changes]
+
+
 def apply_and_ack(conn: sqlite3.Connection, change: Change, *, receipt: str) -> bool:
     """``apply``, and the message acknowledged in the same transaction if it applied."""
     if not apply(conn, change):

@@ -80,6 +80,12 @@ class SqliteJobStore:
         )
         return self._applied(change, applied)
 
+    async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
+        # One op of the group-commit writer: the claims of a worker's receive batch
+        # share one transaction; each is still conditional on its own revision.
+        applied = await self._db.write(partial(jobops.apply_many, changes=changes))
+        return [self._applied(c, a) for c, a in zip(changes, applied, strict=True)]
+
     def _applied(self, change: Change, applied: bool) -> bool:
         if applied and change.enqueue:
             self._db.wakeup.notify()
