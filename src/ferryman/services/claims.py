@@ -43,7 +43,7 @@ class ClaimBatcher:
         try:
             if len(pending) == 1:
                 request = pending[0][0]
-                results = [
+                results: list[ClaimResult | Exception] = [
                     await self._ledger.claim(
                         request.known.job_id,
                         attempt_id=request.attempt_id,
@@ -56,7 +56,7 @@ class ClaimBatcher:
                 ]
             else:
                 results = await self._ledger.claim_many([request for request, _ in pending])
-        except BaseException as exc:  # every caller gets what the write raised
+        except BaseException as exc:  # nothing was written: every caller gets it
             for _, future in pending:
                 if not future.done():
                     future.set_exception(exc)
@@ -64,5 +64,9 @@ class ClaimBatcher:
                 raise
             return
         for (_, future), result in zip(pending, results, strict=True):
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
                 future.set_result(result)

@@ -200,11 +200,14 @@ class JobLedger:
         job, change = await self._mutate(job_id, rule, known=known)
         return _claim_result(job, change)
 
-    async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult]:
+    async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult | Exception]:
         """``claim`` for each request, in order; the changes of the jobs as the requests
         know them are written together, in one transaction where the engine can
         (ports/store.py's AppliesMany). Each is still conditional on its own job's
-        revision: a job that moved meanwhile is read again and claimed alone."""
+        revision: a job that moved meanwhile is read again and claimed alone. A claim
+        that failed on its own has its exception in its place, so it never hides the
+        others' results (a job claimed and then left alone would wait for its lease to
+        end, and count a delivery without an outcome)."""
         rules = [
             _claim_rule(
                 attempt_id=c.attempt_id,
@@ -218,21 +221,34 @@ class JobLedger:
         proposed = [rule(c.known) for rule, c in zip(rules, claims, strict=True)]
         to_apply = [change for change in proposed if change is not None]
         applied = iter(await self._apply_many(to_apply)) if to_apply else iter(())
-        results: list[ClaimResult] = []
+        results: list[ClaimResult | Exception] = []
         for claim, rule, change in zip(claims, rules, proposed, strict=True):
             if change is None:
                 results.append(ClaimResult(job=claim.known, claimed=False))
-            elif next(applied):
+                continue
+            written = next(applied)
+            if isinstance(written, Exception):
+                results.append(written)
+            elif written:
                 results.append(_claim_result(change.after, change))
             else:  # it moved under us: read it again and decide again, alone
-                job, again = await self._mutate(claim.known.job_id, rule)
-                results.append(_claim_result(job, again))
+                try:
+                    job, again = await self._mutate(claim.known.job_id, rule)
+                except Exception as exc:  # noqa: BLE001 - that claim's caller gets it
+                    results.append(exc)
+                else:
+                    results.append(_claim_result(job, again))
         return results
 
-    async def _apply_many(self, batch: Sequence[Change]) -> list[bool]:
+    async def _apply_many(self, batch: Sequence[Change]) -> Sequence[bool | Exception]:
+        """Whether each change was written; an engine without AppliesMany applies them
+        one by one, and a failure of one is that change's alone."""
         if self._applies_many is not None and len(batch) > 1:
             return await self._applies_many.apply_many(batch)
-        return list(await asyncio.gather(*(self._store.apply(change) for change in batch)))
+        outcomes = await asyncio.gather(
+            *(self._store.apply(change) for change in batch), return_exceptions=True
+        )
+        return [o if isinstance(o, bool | Exception) else _reraise(o) for o in outcomes]
 
     async def renew_lease(
         self,
@@ -553,3 +569,8 @@ def _claim_result(job: Job, change: Change | None) -> ClaimResult:
             job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
         )
     return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)
+
+
+def _reraise(error: BaseException) -> bool:
+    """A cancellation (or an exit) is not one claim's failure: it stops the caller."""
+    raise error

@@ -8,10 +8,11 @@ from typing import Any
 
 from ferryman.core import changes
 from ferryman.core.changes import Change
+from ferryman.core.errors import StoreUnavailableError
 from ferryman.core.job import EventKind, Job, JobStatus
 from ferryman.ports.store import JobStore
 from ferryman.services.claims import ClaimBatcher
-from ferryman.services.ledger import ClaimRequest, JobLedger
+from ferryman.services.ledger import ClaimRequest, ClaimResult, JobLedger
 
 T0 = 1_700_000_000.0
 
@@ -110,3 +111,50 @@ async def test_a_job_already_owned_is_not_claimed_again(make_world) -> None:
     assert not again.claimed and not fresh.claimed
     assert (await world.job(job.job_id)).attempt_id == "att_1"
     assert len(await world.store.attempts(job.job_id)) == 1
+
+
+async def test_two_deliveries_of_one_job_in_a_batch_make_one_attempt(make_world) -> None:
+    world = make_world()
+    batcher = ClaimBatcher(world.store)
+    job = await world.submit("sent twice")
+
+    first, second = await asyncio.gather(
+        batcher.claim(_request(job, 1)), batcher.claim(_request(job, 2))
+    )
+
+    assert [first.claimed, second.claimed] == [True, False]
+    assert second.job.attempt_id == "att_1"  # found owned by the first: not invoked
+    assert [a.attempt_id for a in await world.store.attempts(job.job_id)] == ["att_1"]
+
+
+class OneByOneStore:
+    """A JobStore without apply_many (the PostgreSQL shape) whose apply fails for one job."""
+
+    def __init__(self, inner: Any, failing: str) -> None:
+        self.inner = inner
+        self.failing = failing
+
+    async def apply(self, change: Change) -> bool:
+        if change.job_id == self.failing:
+            raise StoreUnavailableError("that row's write failed")
+        return bool(await self.inner.apply(change))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "apply_many":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+async def test_one_claim_failing_leaves_the_others_claimed_and_told(make_world) -> None:
+    world = make_world()
+    bad, good = await world.submit("bad"), await world.submit("good")
+    batcher = ClaimBatcher(JobLedger(OneByOneStore(world.store.store, bad.job_id)))  # type: ignore[arg-type]
+
+    failed, claimed = await asyncio.gather(
+        batcher.claim(_request(bad, 1)), batcher.claim(_request(good, 2)), return_exceptions=True
+    )
+
+    assert isinstance(failed, StoreUnavailableError)
+    assert isinstance(claimed, ClaimResult) and claimed.claimed
+    assert (await world.job(good.job_id)).attempt_id == "att_2"
+    assert (await world.job(bad.job_id)).status is JobStatus.QUEUED
