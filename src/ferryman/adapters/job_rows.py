@@ -45,6 +45,30 @@ def dump_json(value: Any) -> str:
 
 
 def job_params(job: Job) -> dict[str, Any]:
+    """Every column of the job's row (an insert)."""
+    params = job_update_params(job)
+    params.update(
+        {
+            "tenant_id": job.tenant_id,
+            "idempotency_key": job.idempotency_key,
+            "request_hash": job.request_hash,
+            "task": job.task,
+            "model": job.model,
+            "input": dump_json(job.input),
+            "metadata": None if job.metadata is None else dump_json(job.metadata),
+            "payload_version": job.payload_version,
+            "traceparent": job.traceparent,
+            "correlation_id": job.correlation_id,
+            "created_at": job.created_at,
+        }
+    )
+    return params
+
+
+def job_update_params(job: Job) -> dict[str, Any]:
+    """The columns a change may move (the update's), keyed by ``job_id``: what a job is
+    asked to do (its input, metadata, task, model) never changes after it is stored,
+    so an update does not encode it again."""
     error = (
         None
         if job.error is None
@@ -58,14 +82,6 @@ def job_params(job: Job) -> dict[str, Any]:
     )
     return {
         "job_id": job.job_id,
-        "tenant_id": job.tenant_id,
-        "idempotency_key": job.idempotency_key,
-        "request_hash": job.request_hash,
-        "task": job.task,
-        "model": job.model,
-        "input": dump_json(job.input),
-        "metadata": None if job.metadata is None else dump_json(job.metadata),
-        "payload_version": job.payload_version,
         "status": str(job.status),
         "dispatch_state": str(job.dispatch_state),
         "attempt_count": job.attempt_count,
@@ -79,9 +95,6 @@ def job_params(job: Job) -> dict[str, Any]:
         "cancel_requested": job.cancel_requested,
         "result_ref": job.result_ref,
         "error": error,
-        "traceparent": job.traceparent,
-        "correlation_id": job.correlation_id,
-        "created_at": job.created_at,
         "updated_at": job.updated_at,
         "completed_at": job.completed_at,
         "revision": job.revision,

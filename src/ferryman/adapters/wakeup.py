@@ -39,6 +39,9 @@ class Peers(Protocol):
 class Wakeup:
     def __init__(self, peers: Peers | None = None) -> None:
         self._generation = 0
+        # Bumped by this process's own notify() only (a peer's byte does not): a
+        # receiver woken by it knows the news is most likely its to take.
+        self.local_generation = 0
         self._waiters: set[asyncio.Future[None]] = set()
         self._peers = peers
 
@@ -48,16 +51,29 @@ class Wakeup:
 
     def notify(self) -> None:
         """Something changed: wake this process's waiters and the other processes'."""
+        self.local_generation += 1
         self._notify_here()
         if self._peers is not None:
             self._peers.broadcast()
 
     def _notify_here(self) -> None:
         self._generation += 1
+        if not self._waiters:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
         for waiter in list(self._waiters):
+            loop = waiter.get_loop()
+            if loop is running:
+                # The usual case (a sender and a receiver of one process): no write to
+                # the loop's self-pipe and no extra trip through its selector.
+                _wake(waiter)
+                continue
             # A waiter may belong to another event loop (or a closed one).
             with contextlib.suppress(RuntimeError):
-                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+                loop.call_soon_threadsafe(_wake, waiter)
 
     async def wait(
         self, *, since: int, timeout_seconds: float, also: asyncio.Event | None = None

@@ -8,7 +8,12 @@ turns per-tenant series on (FERRYMAN_METRICS_TENANT_LABELS).
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 _tenant_labels = False
 
@@ -17,6 +22,22 @@ def configure(*, tenant_labels: bool) -> None:
     """Process-wide, like the registry the metrics live in."""
     global _tenant_labels
     _tenant_labels = tenant_labels
+
+
+# (metric, its labels as given) -> the labelled child. ``Metric.labels()`` sorts and
+# checks its arguments and takes a lock on every call: a few microseconds, several
+# times per job on the worker's path. The children are the metric's own (it keeps
+# every one it made anyway), so this holds nothing more than the registry does.
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def child(metric: M, **labels: str) -> M:
+    """``metric.labels(**labels)``, looked up once per combination of values."""
+    key = (metric, *labels.items())
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(**labels)
+    return found
 
 
 def tenant_label(tenant_id: str) -> str:

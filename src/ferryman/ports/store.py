@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ferryman.core.errors import IdempotencyKeyMismatchError
 
@@ -192,4 +192,37 @@ class JobStore(Protocol):
     async def ping(self, *, write: bool = False) -> None:
         """Raise StoreUnavailableError when the store cannot be read (or, with
         ``write``, cannot take a durable write now)."""
+        ...
+
+
+@runtime_checkable
+class AcksWithOutcome(Protocol):
+    """Optional, beside JobStore: an engine whose queue lives in the same database as
+    its jobs deletes a job's message in the transaction that ends the job.
+
+    That is one transaction (one commit, one fsync) fewer per job than the outcome
+    followed by ``JobQueue.delete``, and it still acknowledges only after durability
+    (I5): the delete commits with the terminal write or not at all. An engine without
+    it (or whose ``acks_with_outcome`` is False) keeps the two steps, which is what
+    services/ledger.py and services/delivery.py fall back to."""
+
+    @property
+    def acks_with_outcome(self) -> bool: ...
+
+    async def apply_and_ack(self, change: Change, *, receipt: str) -> bool:
+        """``apply(change)``; only if it applied, also delete the queue message the
+        receipt names, as ``JobQueue.delete`` would, in the same transaction."""
+        ...
+
+
+@runtime_checkable
+class AppliesMany(Protocol):
+    """Optional, beside JobStore: several jobs' changes in one transaction (a worker's
+    claims for one receive batch: one commit instead of one each). Without it the
+    ledger applies them one by one, concurrently, which is what it did before."""
+
+    async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
+        """``apply`` for each change, in order, in one transaction: each is written only
+        if its own job still has its ``expected_revision``, whatever became of the
+        others. Per change, whether it was written."""
         ...

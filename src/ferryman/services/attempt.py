@@ -212,7 +212,7 @@ class AttemptRunner:
         limiter = self._limiters.get(provider.name, request.model)
         estimate = estimate_tokens(request.system, request.prompt, max_tokens=request.max_tokens)
         async with limiter.slot(estimated_tokens=estimate) as admission:
-            metrics.INVOCATIONS.labels(task=task.name, model=route.alias.name).inc()
+            metrics.child(metrics.INVOCATIONS, task=task.name, model=route.alias.name).inc()
             started = time.perf_counter()
             try:
                 response = await self._invoke(provider, request)
@@ -221,7 +221,7 @@ class AttemptRunner:
                 # The provider's id for the failed call: what its support asks for.
                 result.provider_request_id = exc.provider_request_id
                 if isinstance(exc, ThrottledError):
-                    metrics.THROTTLES.labels(model=route.alias.name).inc()
+                    metrics.child(metrics.THROTTLES, model=route.alias.name).inc()
                 if not exc.scripted:  # a client's script never steers the shared window
                     await limiter.record(
                         admission,
@@ -232,7 +232,7 @@ class AttemptRunner:
             finally:
                 elapsed = time.perf_counter() - started
                 result.latency_ms = int(elapsed * 1000)
-                metrics.MODEL_LATENCY.labels(model=route.alias.name).observe(elapsed)
+                metrics.child(metrics.MODEL_LATENCY, model=route.alias.name).observe(elapsed)
             await limiter.record(
                 admission,
                 throttled=False,
@@ -246,7 +246,7 @@ class AttemptRunner:
                 )
             result.output = task.parse_output(response.text, request=request)
         except ProviderError as exc:  # InvalidOutputError: the schema was broken
-            metrics.VALIDATION_FAILURES.labels(task=task.name).inc()
+            metrics.child(metrics.VALIDATION_FAILURES, task=task.name).inc()
             result.error = exc
             # Kept (bounded) with the attempt, for its tenant to debug the prompt with.
             result.raw_output = response.text[:RAW_OUTPUT_MAX_CHARS]
@@ -278,8 +278,8 @@ class AttemptRunner:
             response.input_tokens, response.output_tokens
         )
         model = route.alias.name
-        metrics.TOKENS.labels(model=model, direction="input").inc(response.input_tokens)
-        metrics.TOKENS.labels(model=model, direction="output").inc(response.output_tokens)
+        metrics.child(metrics.TOKENS, model=model, direction="input").inc(response.input_tokens)
+        metrics.child(metrics.TOKENS, model=model, direction="output").inc(response.output_tokens)
 
     async def _beat(self, attempt: RunningAttempt) -> LeaseStatus | None:
         """Renew the lease and the message's visibility; None when the store failed."""

@@ -36,7 +36,9 @@ from ferryman.core.models import usd
 from ferryman.core.results import result_key
 from ferryman.observability import metrics
 from ferryman.services.attempt import RunningAttempt
+from ferryman.services.claims import ClaimBatcher
 from ferryman.services.failures import judge_failure
+from ferryman.services.ledger import ClaimRequest
 from ferryman.services.pauses import ProviderPauses
 
 if TYPE_CHECKING:
@@ -114,6 +116,7 @@ class DeliveryHandler:
         self._control = control
         self._pauses = ProviderPauses(control)
         self._store = store
+        self._claims = ClaimBatcher(store)
         self._queue = queue
         self._results = results
         self._runner = runner
@@ -165,17 +168,19 @@ class DeliveryHandler:
 
     async def _claim_and_run(self, delivery: Delivery, job: Job) -> Verdict:
         now = self._clock.now()
-        claim = await self._store.claim(
-            job.job_id,
-            attempt_id=new_attempt_id(),
-            worker_id=self._settings.worker_id,
-            now=now,
-            lease_until=self._settings.lease.lease_until(now),
-            max_deliveries_without_outcome=self._settings.max_receives,
-            known=job,
+        # Written together with the claims of the batch's other deliveries.
+        claim = await self._claims.claim(
+            ClaimRequest(
+                known=job,
+                attempt_id=new_attempt_id(),
+                worker_id=self._settings.worker_id,
+                now=now,
+                lease_until=self._settings.lease.lease_until(now),
+                max_deliveries_without_outcome=self._settings.max_receives,
+            )
         )
         if claim.abandoned_attempt_id is not None:
-            metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.ABANDONED).inc()
+            metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()
         if claim.dead_lettered:
             return await self._dead_lettered(delivery, claim.job)
         if not claim.claimed:
@@ -256,6 +261,7 @@ class DeliveryHandler:
                 result_ref=ref,
                 report=report,
                 known=attempt.job,
+                ack=self._ack_with_outcome(attempt),
             )
         )
         if after is None:
@@ -290,6 +296,7 @@ class DeliveryHandler:
                     report=report,
                     known=attempt.job,
                     fall_back_to=verdict.fall_back_to,
+                    ack=self._ack_with_outcome(attempt),
                 )
             )
         else:
@@ -302,13 +309,14 @@ class DeliveryHandler:
                     error=verdict.error,
                     report=report,
                     known=attempt.job,
+                    ack=self._ack_with_outcome(attempt),
                 )
             )
         if after is None:
             return await self._lease_lost(attempt, result)
         if after.status is JobStatus.RETRY_SCHEDULED:
-            metrics.RETRIES.labels(failure_class=error.failure_class).inc()
-            metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.RETRY).inc()
+            metrics.child(metrics.RETRIES, failure_class=error.failure_class).inc()
+            metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.RETRY).inc()
             # The same message carries the retry: hidden until the job is due (I5).
             await self._hide(attempt.delivery, verdict.delay_seconds)
             return Verdict.RETRY_SCHEDULED
@@ -336,6 +344,7 @@ class DeliveryHandler:
                 now=self._clock.now(),
                 report=report,
                 known=attempt.job,
+                ack=self._ack_with_outcome(attempt),
             )
         )
         if after is None:
@@ -345,16 +354,24 @@ class DeliveryHandler:
     async def _ended(
         self, attempt: RunningAttempt, after: Job, klass: FailureClass | None = None
     ) -> Verdict:
-        """The owner's write made the job terminal: count it, then ack (I5)."""
+        """The owner's write made the job terminal: count it, then ack (I5), unless
+        the write deleted the message already."""
         outcome = {
             JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED,
             JobStatus.FAILED: AttemptOutcome.FAILED,
         }.get(after.status, AttemptOutcome.CANCELLED)
         failure_class = klass if after.status is JobStatus.FAILED else None
         self._count_terminal(after, after.status, failure_class)
-        metrics.ATTEMPTS_ENDED.labels(outcome=outcome).inc()
-        await self._ack(attempt.delivery)
+        metrics.child(metrics.ATTEMPTS_ENDED, outcome=outcome).inc()
+        if not self._store.acks_with_outcome:
+            await self._ack(attempt.delivery)
         return _VERDICTS[after.status]
+
+    def _ack_with_outcome(self, attempt: RunningAttempt) -> str | None:
+        """The receipt to delete with a terminal write (the engines that can: one
+        transaction instead of two, and still never an ack before the outcome is
+        stored); None where the message is deleted after it (``_ended``)."""
+        return attempt.delivery.receipt if self._store.acks_with_outcome else None
 
     async def _lease_lost(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
         """Another attempt owns the job now: record why ours ended, leave its message alone."""
@@ -364,7 +381,7 @@ class DeliveryHandler:
             now=self._clock.now(),
             report=self._report(result, AttemptOutcome.LEASE_LOST),
         )
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.LEASE_LOST).inc()
+        metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.LEASE_LOST).inc()
         return Verdict.LEASE_LOST
 
     async def _release(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
@@ -378,7 +395,7 @@ class DeliveryHandler:
         )
         if released is None:
             return await self._lease_lost(attempt, result)
-        metrics.ATTEMPTS_ENDED.labels(outcome=AttemptOutcome.ABANDONED).inc()
+        metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()
         await self._hide(attempt.delivery, 0.0)
         return Verdict.RELEASED
 
@@ -434,11 +451,13 @@ class DeliveryHandler:
         report = result.report(outcome)
         if report.provider is not None and report.model is not None:
             labels = {"provider": report.provider, "model": report.model, "outcome": outcome}
-            metrics.ATTEMPT_TOKENS.labels(**labels, direction="input").inc(report.input_tokens or 0)
-            metrics.ATTEMPT_TOKENS.labels(**labels, direction="output").inc(
+            metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="input").inc(
+                report.input_tokens or 0
+            )
+            metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="output").inc(
                 report.output_tokens or 0
             )
-            metrics.PROVIDER_COST.labels(**labels).inc(usd(report.cost_nano_usd or 0))
+            metrics.child(metrics.PROVIDER_COST, **labels).inc(usd(report.cost_nano_usd or 0))
         return report
 
     async def _persistently(self, write: Callable[[], Awaitable[T]]) -> T:
@@ -464,13 +483,14 @@ class DeliveryHandler:
         await self._queue.change_visibility(delivery.receipt, timeout_seconds=max(0.0, seconds))
 
     def _count_terminal(self, job: Job, status: JobStatus, klass: FailureClass | None) -> None:
-        metrics.JOB_OUTCOMES.labels(
+        metrics.child(
+            metrics.JOB_OUTCOMES,
             task=job.task,
             tenant=metrics.tenant_label(job.tenant_id),
             status=status,
             failure_class=klass or "",
         ).inc()
-        metrics.END_TO_END_LATENCY.labels(task=job.task).observe(
+        metrics.child(metrics.END_TO_END_LATENCY, task=job.task).observe(
             max(0.0, self._clock.now() - job.created_at)
         )
 

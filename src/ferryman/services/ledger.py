@@ -11,6 +11,7 @@ what it just read), so a small bound on retries is a safety net, not a policy.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from ferryman.core.errors import (
     StaleFenceError,
     StateConflictError,
 )
+from ferryman.ports.store import AcksWithOutcome, AppliesMany
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -77,6 +79,12 @@ class LeaseStatus:
 class JobLedger:
     def __init__(self, store: JobStore) -> None:
         self._store = store
+        # Where the engine can, an attempt's terminal write deletes its message too.
+        self._acking: AcksWithOutcome | None = (
+            store if isinstance(store, AcksWithOutcome) and store.acks_with_outcome else None
+        )
+        # Where the engine can, several jobs' changes are written in one transaction.
+        self._applies_many: AppliesMany | None = store if isinstance(store, AppliesMany) else None
 
     @property
     def store(self) -> JobStore:
@@ -86,15 +94,29 @@ class JobLedger:
     def enqueues_with_job(self) -> bool:
         return self._store.enqueues_with_job
 
+    @property
+    def acks_with_outcome(self) -> bool:
+        """An ``ack`` given to succeed, fail or finish_cancelled is deleted in the same
+        transaction as the terminal write (ports/store.py's AcksWithOutcome); when
+        False the ``ack`` is ignored and the caller deletes the message itself."""
+        return self._acking is not None
+
     # --- the one write loop -----------------------------------------------------
 
     async def _mutate(
-        self, job_id: str, rule: Callable[[Job], Change | None], *, known: Job | None = None
+        self,
+        job_id: str,
+        rule: Callable[[Job], Change | None],
+        *,
+        known: Job | None = None,
+        ack: str | None = None,
     ) -> tuple[Job, Change | None]:
         """Apply ``rule`` to the current job until its change lands (or it wants none).
 
         Returns the job as the change left it (or as found, with None). The rule's own
         exceptions (IllegalTransitionError, StaleFenceError) propagate unchanged.
+        ``ack``: a receipt deleted with a change that leaves the job terminal (where
+        the engine can; see ``acks_with_outcome``).
         """
         job = known
         for _ in range(MAX_CONFLICTS):
@@ -105,17 +127,27 @@ class JobLedger:
             change = rule(job)
             if change is None:
                 return job, None
-            if await self._store.apply(change):
+            if await self._apply(change, ack):
                 return change.after, change
             job = None  # it moved under us: read it again
         raise StateConflictError(f"job {job_id} kept changing; gave up after {MAX_CONFLICTS}")
 
+    async def _apply(self, change: Change, ack: str | None) -> bool:
+        if ack is not None and self._acking is not None and change.after.status.terminal:
+            return await self._acking.apply_and_ack(change, receipt=ack)
+        return await self._store.apply(change)
+
     async def _owner_write(
-        self, job_id: str, rule: Callable[[Job], Change], *, known: Job | None
+        self,
+        job_id: str,
+        rule: Callable[[Job], Change],
+        *,
+        known: Job | None,
+        ack: str | None = None,
     ) -> Job | None:
         """An owning attempt's write: the job after it, or None if the attempt lost it."""
         try:
-            job, _ = await self._mutate(job_id, rule, known=known)
+            job, _ = await self._mutate(job_id, rule, known=known, ack=ack)
         except (StaleFenceError, JobNotFoundError):
             return None
         return job
@@ -158,28 +190,65 @@ class JobLedger:
         max_deliveries_without_outcome: int,
         known: Job | None = None,
     ) -> ClaimResult:
-        def rule(job: Job) -> Change | None:
-            try:
-                return changes.claim(
-                    job,
-                    attempt_id=attempt_id,
-                    worker_id=worker_id,
-                    now=now,
-                    lease_until=lease_until,
-                    max_deliveries_without_outcome=max_deliveries_without_outcome,
-                )
-            except IllegalTransitionError:
-                return None
-
+        rule = _claim_rule(
+            attempt_id=attempt_id,
+            worker_id=worker_id,
+            now=now,
+            lease_until=lease_until,
+            max_deliveries_without_outcome=max_deliveries_without_outcome,
+        )
         job, change = await self._mutate(job_id, rule, known=known)
-        if change is None:
-            return ClaimResult(job=job, claimed=False)
-        abandoned = change.closed[0].attempt_id if change.closed else None
-        if change.opened is None:
-            return ClaimResult(
-                job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
+        return _claim_result(job, change)
+
+    async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult | Exception]:
+        """``claim`` for each request, in order; the changes of the jobs as the requests
+        know them are written together, in one transaction where the engine can
+        (ports/store.py's AppliesMany). Each is still conditional on its own job's
+        revision: a job that moved meanwhile is read again and claimed alone. A claim
+        that failed on its own has its exception in its place, so it never hides the
+        others' results (a job claimed and then left alone would wait for its lease to
+        end, and count a delivery without an outcome)."""
+        rules = [
+            _claim_rule(
+                attempt_id=c.attempt_id,
+                worker_id=c.worker_id,
+                now=c.now,
+                lease_until=c.lease_until,
+                max_deliveries_without_outcome=c.max_deliveries_without_outcome,
             )
-        return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)
+            for c in claims
+        ]
+        proposed = [rule(c.known) for rule, c in zip(rules, claims, strict=True)]
+        to_apply = [change for change in proposed if change is not None]
+        applied = iter(await self._apply_many(to_apply)) if to_apply else iter(())
+        results: list[ClaimResult | Exception] = []
+        for claim, rule, change in zip(claims, rules, proposed, strict=True):
+            if change is None:
+                results.append(ClaimResult(job=claim.known, claimed=False))
+                continue
+            written = next(applied)
+            if isinstance(written, Exception):
+                results.append(written)
+            elif written:
+                results.append(_claim_result(change.after, change))
+            else:  # it moved under us: read it again and decide again, alone
+                try:
+                    job, again = await self._mutate(claim.known.job_id, rule)
+                except Exception as exc:  # noqa: BLE001 - that claim's caller gets it
+                    results.append(exc)
+                else:
+                    results.append(_claim_result(job, again))
+        return results
+
+    async def _apply_many(self, batch: Sequence[Change]) -> Sequence[bool | Exception]:
+        """Whether each change was written; an engine without AppliesMany applies them
+        one by one, and a failure of one is that change's alone."""
+        if self._applies_many is not None and len(batch) > 1:
+            return await self._applies_many.apply_many(batch)
+        outcomes = await asyncio.gather(
+            *(self._store.apply(change) for change in batch), return_exceptions=True
+        )
+        return [o if isinstance(o, bool | Exception) else _reraise(o) for o in outcomes]
 
     async def renew_lease(
         self,
@@ -216,6 +285,7 @@ class JobLedger:
         result_ref: str,
         report: AttemptReport,
         known: Job | None = None,
+        ack: str | None = None,
     ) -> Job | None:
         """Publish (or, when a cancel was requested meanwhile, end CANCELLED). None: the
         attempt no longer owns the job and nothing was written."""
@@ -225,6 +295,7 @@ class JobLedger:
                 job, attempt_id=attempt_id, now=now, result_ref=result_ref, report=report
             ),
             known=known,
+            ack=ack,
         )
 
     async def schedule_retry(
@@ -238,7 +309,10 @@ class JobLedger:
         report: AttemptReport,
         known: Job | None = None,
         fall_back_to: str | None = None,
+        ack: str | None = None,
     ) -> Job | None:
+        """``ack`` goes only with a change that ends the job (a cancel requested
+        meanwhile wins over the retry); a scheduled retry keeps its message (I5)."""
         return await self._owner_write(
             job_id,
             lambda job: changes.schedule_retry(
@@ -251,6 +325,7 @@ class JobLedger:
                 fall_back_to=fall_back_to,
             ),
             known=known,
+            ack=ack,
         )
 
     async def fail(
@@ -262,6 +337,7 @@ class JobLedger:
         error: JobError,
         report: AttemptReport,
         known: Job | None = None,
+        ack: str | None = None,
     ) -> Job | None:
         return await self._owner_write(
             job_id,
@@ -269,6 +345,7 @@ class JobLedger:
                 job, attempt_id=attempt_id, now=now, error=error, report=report
             ),
             known=known,
+            ack=ack,
         )
 
     async def finish_cancelled(
@@ -279,6 +356,7 @@ class JobLedger:
         now: float,
         report: AttemptReport,
         known: Job | None = None,
+        ack: str | None = None,
     ) -> Job | None:
         return await self._owner_write(
             job_id,
@@ -286,6 +364,7 @@ class JobLedger:
                 job, attempt_id=attempt_id, now=now, report=report
             ),
             known=known,
+            ack=ack,
         )
 
     async def release(
@@ -443,3 +522,55 @@ class JobLedger:
 
     async def ping(self, *, write: bool = False) -> None:
         await self._store.ping(write=write)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One claim of ``claim_many``: the job as the worker read it, and the new attempt."""
+
+    known: Job
+    attempt_id: str
+    worker_id: str
+    now: float
+    lease_until: float
+    max_deliveries_without_outcome: int
+
+
+def _claim_rule(
+    *,
+    attempt_id: str,
+    worker_id: str,
+    now: float,
+    lease_until: float,
+    max_deliveries_without_outcome: int,
+) -> Callable[[Job], Change | None]:
+    def rule(job: Job) -> Change | None:
+        try:
+            return changes.claim(
+                job,
+                attempt_id=attempt_id,
+                worker_id=worker_id,
+                now=now,
+                lease_until=lease_until,
+                max_deliveries_without_outcome=max_deliveries_without_outcome,
+            )
+        except IllegalTransitionError:
+            return None
+
+    return rule
+
+
+def _claim_result(job: Job, change: Change | None) -> ClaimResult:
+    if change is None:
+        return ClaimResult(job=job, claimed=False)
+    abandoned = change.closed[0].attempt_id if change.closed else None
+    if change.opened is None:
+        return ClaimResult(
+            job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
+        )
+    return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)
+
+
+def _reraise(error: BaseException) -> bool:
+    """A cancellation (or an exit) is not one claim's failure: it stops the caller."""
+    raise error

@@ -119,6 +119,38 @@ async def test_a_failing_op_rolls_back_only_itself(db: SqliteDatabase) -> None:
     assert await db.read(_keys) == {"a", "b"}
 
 
+async def test_a_failing_op_alone_leaves_nothing_behind(db: SqliteDatabase) -> None:
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO results (key, data) VALUES ('bad', x'00')")
+        raise ValueError("this op changes its mind")
+
+    with pytest.raises(ValueError, match="changes its mind"):
+        await db.write(half_then_fail)
+    assert await db.read(_keys) == set()
+    assert await db.write(_insert("next")) == "next"  # the writer carries on
+
+
+async def test_reads_asked_together_each_get_their_own_outcome(db: SqliteDatabase) -> None:
+    await db.write(_insert("a"))
+
+    def broken(conn: sqlite3.Connection) -> None:
+        raise ValueError("this read fails on its own")
+
+    outcomes = await asyncio.gather(
+        db.read(_keys),
+        db.read(broken),
+        db.read(lambda conn: conn.execute("SELECT * FROM no_such_table").fetchall()),
+        db.read(_keys),
+        return_exceptions=True,
+    )
+
+    assert outcomes[0] == outcomes[3] == {"a"}
+    assert isinstance(outcomes[1], ValueError)
+    assert isinstance(outcomes[2], StoreUnavailableError)
+    await db.write(_insert("b"))
+    assert await db.read(_keys) == {"a", "b"}  # a later read sees a later commit
+
+
 async def test_driver_errors_become_store_unavailable(db: SqliteDatabase) -> None:
     with pytest.raises(StoreUnavailableError) as caught:
         await db.write(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))

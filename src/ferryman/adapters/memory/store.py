@@ -109,11 +109,26 @@ class InMemoryJobStore:
         return entry if entry is not None and entry.live(now) else None
 
     async def apply(self, change: Change) -> bool:
+        return await self._apply(change, ack=None)
+
+    async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
+        return [await self._apply(change, ack=None) for change in changes]
+
+    @property
+    def acks_with_outcome(self) -> bool:
+        return self._queue is not None
+
+    async def apply_and_ack(self, change: Change, *, receipt: str) -> bool:
+        return await self._apply(change, ack=receipt)
+
+    async def _apply(self, change: Change, *, ack: str | None) -> bool:
         async with self._lock:
             current = self._jobs.get(change.job_id)
             if current is None or current.revision != change.expected_revision:
                 return False
             await self._write(change)
+            if ack is not None and self._queue is not None:
+                await self._queue.delete(ack)
             return True
 
     async def _write(self, change: Change) -> None:

@@ -9,17 +9,18 @@ API and several workers write the same file, and foreign keys on.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from ferryman.adapters.batching import BatchingThread, ClosedError, Outcome
 from ferryman.adapters.sqlite.migrations import migrate
 from ferryman.adapters.sqlite.peers import CANCELS, MESSAGES, PeerWakeups
 from ferryman.adapters.sqlite.peers import directory_for as peers_directory
-from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors
+from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors, unavailable
 from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import StoreUnavailableError
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 SYNCHRONOUS_MODES = frozenset({"FULL", "NORMAL", "EXTRA"})
+# Reads waiting together share one read transaction (one snapshot, taken after every
+# one of them was asked) and one hand-off back to the loop.
+MAX_READ_BATCH = 64
 # Jobs hold customer data: the file and any directory made for it are the owner's only.
 # SQLite gives its -wal and -shm files the database file's permissions.
 FILE_MODE = 0o600
@@ -56,8 +60,8 @@ class SqliteDatabase:
         self._writer_conn = writer
         self._reader_conn = reader
         self._writer = GroupCommitWriter(writer, max_batch=max_batch, name="ferryman-sqlite-write")
-        self._reads = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="ferryman-sqlite-read"
+        self._reads: BatchingThread[Callable[[sqlite3.Connection], Any]] = BatchingThread(
+            self._read_batch, max_batch=MAX_READ_BATCH, name="ferryman-sqlite-read"
         )
         # Queue consumers wait on it; senders nudge it, and through the socket directory
         # beside the file, the consumers of other processes (adapters/sqlite/peers.py).
@@ -117,11 +121,33 @@ class SqliteDatabase:
         return await self._writer.write(fn)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the read connection, in one read transaction (one snapshot)."""
+        """Run ``fn`` on the read connection, inside one read transaction (one snapshot,
+        taken after the call: it sees every write committed before it)."""
         if self._closed:
             raise StoreUnavailableError("the database is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reads, _read_in_snapshot, self._reader_conn, fn)
+        try:
+            future = self._reads.submit(fn)
+        except ClosedError:
+            raise StoreUnavailableError("the database is closed") from None
+        return cast("T", await future)
+
+    def _read_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[Outcome]:
+        """The reads waiting together, in one snapshot; each gets its own outcome."""
+        conn = self._reader_conn
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            return [Outcome(error=unavailable(exc))] * len(fns)
+        try:
+            return [_read_one(conn, fn) for fn in fns]
+        finally:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                # The reads' values stand (their snapshot was consistent); the
+                # connection must leave the transaction before the next batch.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
 
     async def close(self) -> None:
         if self._closed:
@@ -130,18 +156,18 @@ class SqliteDatabase:
         self.wakeup.close()
         self.cancel_wakeup.close()
         await asyncio.to_thread(self._writer.close)
-        await asyncio.to_thread(self._reads.shutdown, wait=True)
+        await asyncio.to_thread(self._reads.close)
         self._writer_conn.close()
         self._reader_conn.close()
 
 
-def _read_in_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    with translate_errors():
-        conn.execute("BEGIN")
-        try:
-            return fn(conn)
-        finally:
-            conn.execute("COMMIT")
+def _read_one(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Outcome:
+    try:
+        return Outcome(value=fn(conn))
+    except sqlite3.Error as exc:
+        return Outcome(error=unavailable(exc))
+    except Exception as exc:  # noqa: BLE001 - handed to the read's caller, not swallowed
+        return Outcome(error=exc)
 
 
 def _connect_pair(

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.job_rows import dump_json, job_from_row, job_params, report_params
+from ferryman.adapters.job_rows import (
+    dump_json,
+    job_from_row,
+    job_params,
+    job_update_params,
+    report_params,
+)
 from ferryman.adapters.sqlite import messages
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
@@ -86,11 +92,24 @@ def _live_duplicate(conn: sqlite3.Connection, job: Job, *, now: float) -> Job | 
 
 def apply(conn: sqlite3.Connection, change: Change) -> bool:
     """Write the change if the job's revision is still the expected one."""
-    params = job_params(change.after)
+    params = job_update_params(change.after)
     params["expected_revision"] = change.expected_revision
     if conn.execute(JOBS["update_job"], params).rowcount != 1:
         return False
     _write_consequences(conn, change, stored=0)
+    return True
+
+
+def apply_many(conn: sqlite3.Connection, changes: Sequence[Change]) -> list[bool]:
+    """``apply`` for each change, in order, in the caller's transaction."""
+    return [apply(conn, change) for change in changes]
+
+
+def apply_and_ack(conn: sqlite3.Connection, change: Change, *, receipt: str) -> bool:
+    """``apply``, and the message acknowledged in the same transaction if it applied."""
+    if not apply(conn, change):
+        return False
+    messages.delete(conn, receipt)
     return True
 
 

@@ -36,6 +36,9 @@ class SqliteJobQueue:
         self._max_receives = max_receives
         self._poll_interval_seconds = poll_interval_seconds
         self._tenant_cursor = messages.TenantCursor()
+        # (wake-up generation when it began, loop time, its budget) of the last look
+        # that found fewer messages than it could take; None once one found a full batch.
+        self._last_empty: tuple[int, float, TenantBudget | None] | None = None
 
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None:
         now = self._clock.now()
@@ -59,24 +62,57 @@ class SqliteJobQueue:
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_seconds)
+        wakeup = self._db.wakeup
+        freed = None if budget is None else budget.freed
+        # A waiting receive skips a first look that would only repeat the last one
+        # (nothing sent or freed since it found fewer than it could take, its poll not
+        # yet due): a worker that just started the one job it found waits for the next
+        # nudge at once instead of spending a write transaction on an empty queue. A
+        # receive that will not wait always looks: it asks what is visible now.
+        look = wait_seconds <= 0 or not self._drained(loop.time(), budget)
         polling = False
         while True:
-            since = self._db.wakeup.generation
-            freed = None if budget is None else budget.freed
+            since, local_since = wakeup.generation, wakeup.local_generation
             if freed is not None:
                 freed.clear()  # before the look: a slot freed during it wakes the wait
-            deliveries = await self._take(
-                max_messages, visibility_timeout_seconds, budget=budget, polling=polling
-            )
+            deliveries: list[Delivery] = []
+            if look:
+                looked_at = loop.time()
+                deliveries = await self._take(
+                    max_messages, visibility_timeout_seconds, budget=budget, polling=polling
+                )
+                self._last_empty = (
+                    (since, looked_at, budget) if len(deliveries) < max_messages else None
+                )
             remaining = deadline - loop.time()
             if deliveries or remaining <= 0:
                 return deliveries
-            await self._db.wakeup.wait(
-                since=since,
-                timeout_seconds=min(remaining, self._poll_interval_seconds),
-                also=freed,
-            )
-            polling = True
+            timeout = min(remaining, self._poll_interval_seconds)
+            if not look and self._last_empty is not None:
+                # The poll stays due where the last look put it.
+                timeout = min(
+                    timeout, self._last_empty[1] + self._poll_interval_seconds - loop.time()
+                )
+            await wakeup.wait(since=since, timeout_seconds=timeout, also=freed)
+            look = True
+            # Our own process sent it, or a slot of a waiting tenant freed: take it
+            # straight away. A poll, or another process's nudge (every worker of the
+            # file hears it), looks through the reader first.
+            polling = wakeup.local_generation == local_since and not (freed and freed.is_set())
+
+    def _drained(self, now: float, budget: TenantBudget | None) -> bool:
+        """Did the last look take every message it could see, with nothing new since?
+
+        Only a look under the same budget (or none) says so: another receiver's
+        budget may have held back messages this one may take."""
+        last = self._last_empty
+        if last is None or last[0] != self._db.wakeup.generation:
+            return False
+        if now - last[1] >= self._poll_interval_seconds:
+            return False
+        if last[2] is not None and last[2] is not budget:
+            return False
+        return not (budget is not None and budget.freed is not None and budget.freed.is_set())
 
     async def _take(
         self,

@@ -66,8 +66,27 @@ class SqliteJobStore:
             self._db.wakeup.notify()
         return outcomes
 
+    @property
+    def acks_with_outcome(self) -> bool:
+        return True
+
     async def apply(self, change: Change) -> bool:
-        applied = await self._db.write(partial(jobops.apply, change=change))
+        return self._applied(change, await self._db.write(partial(jobops.apply, change=change)))
+
+    async def apply_and_ack(self, change: Change, *, receipt: str) -> bool:
+        # The queue is a table of this file: the ack shares the outcome's transaction.
+        applied = await self._db.write(
+            partial(jobops.apply_and_ack, change=change, receipt=receipt)
+        )
+        return self._applied(change, applied)
+
+    async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
+        # One op of the group-commit writer: the claims of a worker's receive batch
+        # share one transaction; each is still conditional on its own revision.
+        applied = await self._db.write(partial(jobops.apply_many, changes=changes))
+        return [self._applied(c, a) for c, a in zip(changes, applied, strict=True)]
+
+    def _applied(self, change: Change, applied: bool) -> bool:
         if applied and change.enqueue:
             self._db.wakeup.notify()
         if applied and change.stops_running_attempt:

@@ -1,9 +1,10 @@
 """Group commit: one thread owns the write connection and commits many operations at once.
 
 Writes arrive as plain functions ``fn(conn) -> T``. The writer thread takes every
-write waiting at that moment and runs them in ONE ``BEGIN IMMEDIATE`` ... ``COMMIT``,
-each inside its own SAVEPOINT: an operation that raises rolls back only itself and
-gets its exception, the others commit. Each caller's future resolves only after
+write waiting at that moment and runs them in ONE ``BEGIN IMMEDIATE`` ... ``COMMIT``.
+An operation that raises rolls back only itself and gets its exception, the others
+commit: the batch is then undone and run again with each operation inside its own
+SAVEPOINT (a batch that succeeds whole, nearly every one, pays for no savepoints). Each caller's future resolves only after
 COMMIT returned, so nobody acts on a write that is not yet durable. Under load,
 concurrent claims, publishes and acks of one process share one fsync instead of
 paying one each.
@@ -77,7 +78,13 @@ class GroupCommitWriter:
     def _commit_batch(self, ops: list[Callable[[sqlite3.Connection], Any]]) -> list[Outcome]:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-            outcomes = [self._run_op(op) for op in ops]
+            outcomes = self._run_plainly(ops)
+            if outcomes is None:
+                # An op raised: undo the whole batch and run it again, each op in its
+                # own savepoint, so only the failing op fails.
+                self._conn.execute("ROLLBACK")
+                self._conn.execute("BEGIN IMMEDIATE")
+                outcomes = [self._run_op(op) for op in ops]
             self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
             # Nothing of this batch was committed: every caller gets the failure.
@@ -85,6 +92,28 @@ class GroupCommitWriter:
             self._note_failure(exc)
             failed = Outcome(error=unavailable(exc))
             return [failed] * len(ops)
+        return outcomes
+
+    def _run_plainly(self, ops: list[Callable[[sqlite3.Connection], Any]]) -> list[Outcome] | None:
+        """Every op without a savepoint of its own; None when one raised (the caller
+        rolls back). Nearly every batch succeeds whole, and a savepoint and its release
+        are two statements of the five or six an op runs, each a release and a
+        re-acquisition of the GIL. An op is a function of the connection alone, so
+        running it again after the rollback is running it for the first time; a batch
+        of one op keeps its error without a second run."""
+        outcomes: list[Outcome] = []
+        for op in ops:
+            try:
+                outcomes.append(Outcome(value=op(self._conn)))
+            except Exception as exc:  # noqa: BLE001 - handed to the op's caller, not swallowed
+                if len(ops) > 1:
+                    return None
+                self._conn.execute("ROLLBACK")
+                self._conn.execute("BEGIN IMMEDIATE")
+                if isinstance(exc, sqlite3.Error):
+                    self._note_failure(exc)
+                    return [Outcome(error=unavailable(exc))]
+                return [Outcome(error=exc)]
         return outcomes
 
     def _run_op(self, op: Callable[[sqlite3.Connection], Any]) -> Outcome:
