@@ -108,4 +108,4 @@ async def test_a_failure_with_its_ack_deletes_the_message_where_the_engine_can(e
 
 
 async def test_the_engines_that_keep_queue_and_jobs_together_ack_with_the_outcome(engine):
-    assert engine.store.acks_with_outcome is (engine.name in ("memory", "sqlite"))
+    assert engine.store.acks_with_outcome is (engine.name in ("memory", "sqlite", "postgres"))
