@@ -19,6 +19,7 @@ import httpx
 
 from ferryman.client import calls
 from ferryman.client.cookies import skip_cookieless_responses
+from ferryman.client.http11 import Http11Transport
 from ferryman.client.pool import ShardedTransport
 from ferryman.client.retrying import (
     DEFAULT_RETRY_BUDGET_SECONDS,
@@ -85,7 +86,9 @@ class AsyncClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         if transport is None and not _proxied():
-            transport = ShardedTransport()
+            # Plain http: the lean transport (client/http11.py); https keeps httpx's.
+            plain = httpx.URL(base_url).scheme == "http"
+            transport = Http11Transport() if plain else ShardedTransport()
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
