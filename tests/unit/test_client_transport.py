@@ -249,3 +249,30 @@ async def test_problem_answers_are_client_errors_as_before(serve, status: int, c
             await client.submit("generate", {"prompt": "hi"})
     assert (caught.value.status, caught.value.code) == (status, code)
     assert box[0].requests == 1
+
+
+async def test_an_answer_sent_before_the_body_was_read_is_the_answer(serve) -> None:  # type: ignore[no-untyped-def]
+    # A server refusing a large body answers 413 from the head alone, then discards the
+    # body until the client hangs up (closing unread data would reset the connection).
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer(413, b"too big", extra=b"Connection: close\r\n"))
+        await writer.drain()
+        while await reader.read(65536):
+            pass
+
+    server = await serve(refuse)
+    async with httpx.AsyncClient(transport=Http11Transport(), base_url=server.url) as http:
+        response = await http.post("/x", content=b"x" * 8_000_000)
+        assert (response.status_code, response.text) == (413, "too big")
+        assert (await http.post("/x", content=b"small")).status_code == 413
+    assert server.connections == 2
+
+
+async def test_a_switch_of_protocols_is_a_protocol_error(serve) -> None:  # type: ignore[no-untyped-def]
+    box: list[Server] = []
+    switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"
+    box.append(await serve(keep_alive(box, lambda _: switch)))
+    async with httpx.AsyncClient(transport=Http11Transport(), base_url=box[0].url) as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/x")

@@ -50,13 +50,14 @@ class _Stale(Exception):
 
 
 class _Connection:
-    __slots__ = ("h11", "idle_since", "reader", "writer")
+    __slots__ = ("broken", "h11", "idle_since", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0
+        self.broken = False  # a write failed: never reused, whatever the answer said
 
     def usable(self, now: float, expiry: float) -> bool:
         """Whether an idle connection may carry another request: not expired, and the
@@ -174,7 +175,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
         try:
             response = await self._send_and_read(connection, request, body, timeouts, reused)
             conn = connection.h11
-            if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            done = conn.our_state is h11.DONE and conn.their_state is h11.DONE
+            if done and not connection.broken:
                 conn.start_next_cycle()
                 idle = self._idle.setdefault(origin, [])
                 if len(idle) < self._max_idle and not self._closed:
@@ -194,12 +196,14 @@ class Http11Transport(httpx.AsyncBaseTransport):
         timeouts: dict[str, float | None],
         reused: bool,
     ) -> httpx.Response:
+        write_error: httpx.WriteError | None = None
         try:
             await _send(connection, request, body, timeouts.get("write"))
         except httpx.WriteError as exc:
-            if reused:
-                raise _Stale(exc) from exc
-            raise
+            # A server may answer before it has read the whole body (a 413) and close:
+            # that answer is read below, as httpcore does. No answer: this error.
+            write_error = exc
+            connection.broken = True
         conn = connection.h11
         read_seconds = timeouts.get("read")
         received = False
@@ -211,7 +215,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
             except h11.RemoteProtocolError as exc:
                 raise httpx.RemoteProtocolError(str(exc)) from exc
             if event is h11.NEED_DATA:
-                conn.receive_data(await _receive(connection, read_seconds, reused, received))
+                try:
+                    data = await _receive(connection, read_seconds, reused, received)
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    if write_error is not None and not received:
+                        raise write_error from None
+                    raise
+                conn.receive_data(data)
                 received = True
             elif isinstance(event, h11.Response):
                 head = event
@@ -221,6 +231,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 break
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            elif event is h11.PAUSED:  # a 101 (we never ask to switch protocols)
+                raise httpx.RemoteProtocolError("the server switched protocols")
             # h11.InformationalResponse (1xx): skipped, the real answer follows
         assert head is not None
         return httpx.Response(
