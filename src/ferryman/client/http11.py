@@ -215,12 +215,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
             except h11.RemoteProtocolError as exc:
                 raise httpx.RemoteProtocolError(str(exc)) from exc
             if event is h11.NEED_DATA:
-                try:
-                    data = await _receive(connection, read_seconds, reused, received)
-                except (httpx.ReadError, httpx.RemoteProtocolError):
-                    if write_error is not None and not received:
-                        raise write_error from None
-                    raise
+                data = await _receive(connection, read_seconds, reused, received, write_error)
                 conn.receive_data(data)
                 received = True
             elif isinstance(event, h11.Response):
@@ -229,10 +224,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 break
-            elif isinstance(event, h11.ConnectionClosed):
-                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-            elif event is h11.PAUSED:  # a 101 (we never ask to switch protocols)
-                raise httpx.RemoteProtocolError("the server switched protocols")
+            elif event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+                # PAUSED: a 101, though we never ask to switch protocols.
+                raise httpx.RemoteProtocolError(f"unexpected from the server: {event!r}")
             # h11.InformationalResponse (1xx): skipped, the real answer follows
         assert head is not None
         return httpx.Response(
@@ -275,20 +269,28 @@ async def _send(
 
 
 async def _receive(
-    connection: _Connection, seconds: float | None, reused: bool, received: bool
+    connection: _Connection,
+    seconds: float | None,
+    reused: bool,
+    received: bool,
+    write_error: httpx.WriteError | None,
 ) -> bytes:
     """The next bytes of the answer. Nothing at all on a reused connection (the server
-    closed it before reading the request) is ``_Stale``: the caller may send again."""
+    closed it before reading the request) is ``_Stale``: the caller may send again.
+    Nothing after a failed write is that write's error."""
+    failure: httpx.TransportError
     try:
         with _mapped(httpx.ReadTimeout, httpx.ReadError):
             async with asyncio.timeout(seconds):
                 data = await connection.reader.read(_READ_SIZE)
     except httpx.ReadError as exc:
-        if reused and not received:
-            raise _Stale(exc) from exc
-        raise
-    if not data and not received:
-        if reused:
-            raise _Stale(httpx.RemoteProtocolError("server disconnected"))
-        raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-    return data
+        if received:
+            raise
+        failure = exc
+    else:
+        if data or received:
+            return data
+        failure = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    if reused:
+        raise _Stale(failure)
+    raise write_error or failure
