@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from ferryman.client import AsyncClient, ClientError, UnreachableError
+from ferryman.client import AsyncClient, Client, ClientError, UnreachableError
 from ferryman.client.http11 import Http11Transport
+from ferryman.client.http11_sync import Http11SyncTransport
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -276,3 +277,86 @@ async def test_a_switch_of_protocols_is_a_protocol_error(serve) -> None:  # type
     async with httpx.AsyncClient(transport=Http11Transport(), base_url=box[0].url) as http:
         with pytest.raises(httpx.RemoteProtocolError):
             await http.get("/x")
+
+
+# --- the sync transport (client/http11_sync.py): the same server, the client in a thread
+
+
+def _sync_client(url: str, **limits: int) -> httpx.Client:
+    transport = Http11SyncTransport(limits=httpx.Limits(**limits) if limits else None)
+    return httpx.Client(transport=transport, base_url=url)
+
+
+async def test_sync_keep_alive_chunked_informational_head_and_close(serve) -> None:  # type: ignore[no-untyped-def]
+    box: list[Server] = []
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+
+    def respond(n: int) -> bytes:
+        return {
+            1: chunked,
+            2: b"HTTP/1.1 100 Continue\r\n\r\n" + answer(200, b"two"),
+            3: b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+        }.get(n, answer(200, b"last", extra=b"Connection: close\r\n"))
+
+    box.append(await serve(keep_alive(box, respond)))
+    with _sync_client(box[0].url) as http:
+        assert (await asyncio.to_thread(http.post, "/1", json={})).text == "hello"
+        assert (await asyncio.to_thread(http.get, "/2")).text == "two"
+        head = await asyncio.to_thread(http.head, "/3")
+        assert (head.status_code, head.content) == (200, b"")
+        assert (await asyncio.to_thread(http.get, "/4")).text == "last"
+        assert (await asyncio.to_thread(http.get, "/5")).text == "last"
+    assert box[0].connections == 2
+
+
+async def test_sync_stale_connections_are_replaced_and_truncated_answers_are_errors(serve) -> None:  # type: ignore[no-untyped-def]
+    requests: list[int] = []
+
+    async def script(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int
+    ) -> None:
+        while await read_request(reader) is not None:
+            requests.append(number)
+            if len(requests) == 2:
+                return  # dropped before any answer: sent again on connection 2
+            if len(requests) == 5:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+                await writer.drain()
+                return
+            writer.write(answer(200, b"ok"))
+            await writer.drain()
+            if len(requests) == 3:
+                return  # closed while idle: seen before the next request
+
+    server = await serve(script)
+    with _sync_client(server.url) as http:
+        for path in ("/a", "/b"):
+            assert (await asyncio.to_thread(http.get, path)).text == "ok"
+        await asyncio.sleep(0.05)
+        assert (await asyncio.to_thread(http.get, "/c")).text == "ok"
+        with pytest.raises(httpx.RemoteProtocolError):
+            await asyncio.to_thread(http.get, "/d")
+    assert requests == [1, 1, 2, 3, 3]
+
+
+async def test_sync_refused_and_timeouts(serve) -> None:  # type: ignore[no-untyped-def]
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    server = await serve(silent)
+    with _sync_client(server.url, max_connections=1) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await asyncio.to_thread(http.get, "/a", timeout=httpx.Timeout(5, read=0.1))
+    listening = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    listening.close()
+    await listening.wait_closed()
+    url = f"http://127.0.0.1:{port}"
+    with _sync_client(url) as http:
+        with pytest.raises(httpx.ConnectError):
+            await asyncio.to_thread(http.get, "/a")
+    with Client(url, "k", wait_for_server=False) as client:
+        assert isinstance(client._http._transport, Http11SyncTransport)
+        with pytest.raises(UnreachableError):
+            await asyncio.to_thread(client.get, "job_1")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -41,12 +42,47 @@ _READ_SIZE = 65536
 _DEFAULT_KEEPALIVE_EXPIRY_SECONDS = 5.0
 
 
-class _Stale(Exception):
+class Stale(Exception):
     """A reused connection failed before any byte of the answer came: send again."""
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+def proxied() -> bool:
+    """Whether the environment names a proxy: then httpx's own transports are kept, since
+    httpx routes through a proxy only when it chooses the transports itself."""
+    return any(scheme != "no" for scheme in urllib.request.getproxies())
+
+
+def request_bytes(conn: h11.Connection, request: httpx.Request, body: bytes) -> bytes:
+    """The whole request, framed (h11 also refuses a header that would split it)."""
+    try:
+        data = conn.send(
+            h11.Request(
+                method=request.method, target=request.url.raw_path, headers=request.headers.raw
+            )
+        )
+        if body:
+            data += conn.send(h11.Data(data=body))
+        data += conn.send(h11.EndOfMessage())
+    except h11.LocalProtocolError as exc:
+        raise httpx.LocalProtocolError(str(exc)) from exc
+    return data
+
+
+def response_of(
+    head: h11.Response | None, chunks: list[bytes], request: httpx.Request
+) -> httpx.Response:
+    assert head is not None  # h11 gives the head before any body and the end
+    return httpx.Response(
+        head.status_code,
+        headers=head.headers.raw_items(),
+        stream=httpx.ByteStream(b"".join(chunks)),
+        request=request,
+        extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
+    )
 
 
 class _Connection:
@@ -130,12 +166,12 @@ class Http11Transport(httpx.AsyncBaseTransport):
             if connection is not None:
                 try:
                     return await self._exchange(connection, origin, request, body, timeouts, True)
-                except _Stale:
+                except Stale:
                     pass  # the server had closed it: once more on a fresh connection
             connection = await self._connect(origin, timeouts.get("connect"))
             try:
                 return await self._exchange(connection, origin, request, body, timeouts, False)
-            except _Stale as stale:  # not raised for a fresh connection; for mypy
+            except Stale as stale:  # not raised for a fresh connection; for mypy
                 raise stale.cause from None
         finally:
             slots.release()
@@ -228,14 +264,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
                 # PAUSED: a 101, though we never ask to switch protocols.
                 raise httpx.RemoteProtocolError(f"unexpected from the server: {event!r}")
             # h11.InformationalResponse (1xx): skipped, the real answer follows
-        assert head is not None
-        return httpx.Response(
-            head.status_code,
-            headers=head.headers.raw_items(),
-            stream=httpx.ByteStream(b"".join(chunks)),
-            request=request,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
-        )
+        return response_of(head, chunks, request)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -248,18 +277,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
 async def _send(
     connection: _Connection, request: httpx.Request, body: bytes, seconds: float | None
 ) -> None:
-    conn = connection.h11
-    try:
-        data = conn.send(
-            h11.Request(
-                method=request.method, target=request.url.raw_path, headers=request.headers.raw
-            )
-        )
-        if body:
-            data += conn.send(h11.Data(data=body))
-        data += conn.send(h11.EndOfMessage())
-    except h11.LocalProtocolError as exc:
-        raise httpx.LocalProtocolError(str(exc)) from exc
+    data = request_bytes(connection.h11, request, body)
     writer = connection.writer
     with _mapped(httpx.WriteTimeout, httpx.WriteError):
         writer.write(data)
@@ -276,7 +294,7 @@ async def _receive(
     write_error: httpx.WriteError | None,
 ) -> bytes:
     """The next bytes of the answer. Nothing at all on a reused connection (the server
-    closed it before reading the request) is ``_Stale``: the caller may send again.
+    closed it before reading the request) is ``Stale``: the caller may send again.
     Nothing after a failed write is that write's error."""
     failure: httpx.TransportError
     try:
@@ -292,5 +310,5 @@ async def _receive(
             return data
         failure = httpx.RemoteProtocolError("Server disconnected without sending a response.")
     if reused:
-        raise _Stale(failure)
+        raise Stale(failure)
     raise write_error or failure
