@@ -44,14 +44,24 @@ class _Connection:
         if now - self.idle_since >= expiry:
             return False
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            return not _readable(self.sock)
         except (OSError, ValueError):
             return False
-        return not readable
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a read would not block; poll() where there is one (select() refuses
+    descriptors past 1023)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 @contextlib.contextmanager
