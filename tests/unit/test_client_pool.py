@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from ferryman.client import AsyncClient
+from ferryman.client.http11 import Http11Transport
 from ferryman.client.pool import ShardedTransport
 
 
@@ -72,7 +73,7 @@ def test_shards_share_the_connection_limit() -> None:
         ShardedTransport(shards=0)
 
 
-async def test_the_client_shards_unless_a_proxy_is_configured(
+async def test_the_client_picks_its_transport_by_scheme_unless_a_proxy_is_configured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in (
@@ -85,7 +86,9 @@ async def test_the_client_shards_unless_a_proxy_is_configured(
     ):
         monkeypatch.delenv(name, raising=False)
     async with AsyncClient("http://127.0.0.1:9", "k") as client:
+        assert isinstance(client._http._transport, Http11Transport)
+    async with AsyncClient("https://127.0.0.1:9", "k") as client:
         assert isinstance(client._http._transport, ShardedTransport)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
     async with AsyncClient("http://127.0.0.1:9", "k") as client:
-        assert not isinstance(client._http._transport, ShardedTransport)
+        assert not isinstance(client._http._transport, (ShardedTransport, Http11Transport))

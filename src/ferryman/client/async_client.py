@@ -12,13 +12,13 @@ The same methods as ``Client``, awaited; the rules they follow are in
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
 
 from ferryman.client import calls
 from ferryman.client.cookies import skip_cookieless_responses
+from ferryman.client.http11 import Http11Transport, proxied
 from ferryman.client.pool import ShardedTransport
 from ferryman.client.retrying import (
     DEFAULT_RETRY_BUDGET_SECONDS,
@@ -47,12 +47,6 @@ T = TypeVar("T")
 async def _sleep(seconds: float) -> None:
     """Every wait of the async client goes through here, so tests can skip the waiting."""
     await asyncio.sleep(seconds)
-
-
-def _proxied() -> bool:
-    """Whether the environment names a proxy: then httpx's own transports are kept, since
-    httpx routes through a proxy only when it chooses the transports itself."""
-    return any(scheme != "no" for scheme in urllib.request.getproxies())
 
 
 class AsyncClient:
@@ -84,8 +78,10 @@ class AsyncClient:
         headers = {"User-Agent": "ferryman-client"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        if transport is None and not _proxied():
-            transport = ShardedTransport()
+        if transport is None and not proxied():
+            # Plain http: the lean transport (client/http11.py); https keeps httpx's.
+            plain = httpx.URL(base_url).scheme == "http"
+            transport = Http11Transport() if plain else ShardedTransport()
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )

@@ -19,6 +19,8 @@ import httpx
 
 from ferryman.client import calls
 from ferryman.client.cookies import skip_cookieless_responses
+from ferryman.client.http11 import proxied
+from ferryman.client.http11_sync import Http11SyncTransport
 from ferryman.client.retrying import (
     DEFAULT_RETRY_BUDGET_SECONDS,
     Contact,
@@ -77,6 +79,9 @@ class Client:
         headers = {"User-Agent": "ferryman-client"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        if transport is None and not proxied() and httpx.URL(base_url).scheme == "http":
+            # Plain http: the lean transport (client/http11_sync.py); else httpx's.
+            transport = Http11SyncTransport()
         self._http = httpx.Client(
             base_url=base_url, headers=headers, timeout=timeout_seconds, transport=transport
         )
