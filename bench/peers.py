@@ -10,6 +10,9 @@ ferryman-sequential   ``ferryman serve`` (SQLite FULL), ``ferryman.Client`` one 
 ferryman-split        ``ferryman api`` + ``ferryman worker`` (FULL), the same sequential client
 ferryman-single       ``ferryman serve``, ``ferryman.AsyncClient`` with 32 submits in flight
 ferryman-batch        ``ferryman serve``, ``Client.submit_many`` in batches of up to 1,000
+ferryman-split-single ``ferryman api`` + ``ferryman worker``, 32 submits in flight (two processes:
+                      the two cores, where ``serve``'s one process has one)
+ferryman-split-batch  ``ferryman api`` + ``ferryman worker``, ``Client.submit_many``
 
 Each run starts the system's own processes on a clean store, runs a warm-up round
 that is not counted, then times one producer from its first submit to the last job's
@@ -103,6 +106,12 @@ SYSTEMS: dict[str, System] = {
         _ours("ferryman-split", SPLIT, "`ferryman.Client`, sequential", "split_sequential"),
         _ours("ferryman-single", SERVE, "`ferryman.AsyncClient`, 32 concurrent", "single"),
         _ours("ferryman-batch", SERVE, "`Client.submit_many`, batches of 1,000", "batch"),
+        _ours(
+            "ferryman-split-single", SPLIT, "`ferryman.AsyncClient`, 32 concurrent", "split_single"
+        ),
+        _ours(
+            "ferryman-split-batch", SPLIT, "`Client.submit_many`, batches of 1,000", "split_batch"
+        ),
     )
 }
 
@@ -180,7 +189,7 @@ def _create_key(env: dict[str, str]) -> str:
 
 def _services(key: str, env: dict[str, str], port: int, logs: Path) -> list[peers.Service]:
     ready = f"http://127.0.0.1:{port}/readyz"
-    if key == "ferryman-split":
+    if key.startswith("ferryman-split"):
         api = peers.Service(
             "ferryman-api", _ferryman("api", "--port", str(port)), env, logs, ready_url=ready
         )
@@ -197,6 +206,8 @@ _MODES = {
     "ferryman-split": "sequential",
     "ferryman-single": "concurrent",
     "ferryman-batch": "batch",
+    "ferryman-split-single": "concurrent",
+    "ferryman-split-batch": "batch",
 }
 
 
