@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -222,3 +223,38 @@ async def test_a_receive_held_back_by_a_tenants_share_looks_again_when_a_slot_fr
 
     assert delivery.message.tenant_id == "t1"
     assert time.monotonic() - started < 1.0
+
+
+async def test_a_receive_run_twice_by_the_writer_moves_the_tenant_cursor_once(db, clock) -> None:
+    # Another op in the receive's batch raises: the writer undoes the batch and runs it
+    # again. The receive must then start from where it started, or a window of tenants
+    # would be skipped (a fairness bug a tenant could set off with a bad request).
+    queue = SqliteJobQueue(db, clock=clock)
+    tenants = [f"t{i:03}" for i in range(3 * 64)]
+    for tenant in tenants:
+        await queue.send(QueueMessage(job_id=new_job_id(), tenant_id=tenant))
+    entered, release = threading.Event(), threading.Event()
+
+    def block(conn: sqlite3.Connection) -> None:
+        entered.set()
+        release.wait(5)
+
+    def fail(conn: sqlite3.Connection) -> None:
+        raise ValueError("this op changes its mind")
+
+    blocker = asyncio.ensure_future(db.write(block))
+    await asyncio.to_thread(entered.wait, 5)
+    received = asyncio.ensure_future(queue.receive(max_messages=1, visibility_timeout_seconds=60))
+    failing = asyncio.ensure_future(db.write(fail))
+    await asyncio.sleep(0.05)  # both queued behind the blocker: one batch
+    release.set()
+    await blocker
+    [first] = await received
+    with pytest.raises(ValueError):
+        await failing
+
+    # A receive alone from the same start moves the cursor one window on; the next
+    # receive then begins with the second window's tenants.
+    [second] = await queue.receive(max_messages=1, visibility_timeout_seconds=60)
+    assert first.message.tenant_id in tenants[:64]
+    assert second.message.tenant_id in tenants[64:128]

@@ -127,17 +127,29 @@ class SqliteJobQueue:
         # empty polls from taking the file's write lock from everyone else.
         if polling and not await self._db.read(partial(_any_visible, now=now)):
             return []
-        return await self._db.write(
-            partial(
-                messages.receive,
+        start = self._tenant_cursor.after
+        ended: list[str | None] = []
+
+        def receive(conn: sqlite3.Connection) -> list[Delivery]:
+            # The writer may run this twice (its batch undone because another op
+            # raised): each run starts from the same place, and only the run that
+            # committed moves this queue's cursor.
+            cursor = messages.TenantCursor(start)
+            deliveries = messages.receive(
+                conn,
                 now=now,
                 max_messages=max_messages,
                 visibility_timeout_seconds=visibility_timeout_seconds,
                 max_receives=self._max_receives,
                 budget=budget,
-                cursor=self._tenant_cursor,
+                cursor=cursor,
             )
-        )
+            ended.append(cursor.after)
+            return deliveries
+
+        deliveries = await self._db.write(receive)
+        self._tenant_cursor.after = ended[-1]
+        return deliveries
 
     async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
         now = self._clock.now()
