@@ -40,6 +40,11 @@ class ClaimBatcher:
         task.add_done_callback(self._writing.discard)
 
     async def _write(self, pending: list[tuple[ClaimRequest, asyncio.Future[ClaimResult]]]) -> None:
+        # A delivery cancelled while its claim waited (a worker stopping) must not have
+        # its job claimed for nobody to run: it would wait for its lease to end.
+        pending = [(request, future) for request, future in pending if not future.cancelled()]
+        if not pending:
+            return
         try:
             if len(pending) == 1:
                 request = pending[0][0]

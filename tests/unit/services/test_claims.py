@@ -158,3 +158,24 @@ async def test_one_claim_failing_leaves_the_others_claimed_and_told(make_world) 
     assert isinstance(claimed, ClaimResult) and claimed.claimed
     assert (await world.job(good.job_id)).attempt_id == "att_2"
     assert (await world.job(bad.job_id)).status is JobStatus.QUEUED
+
+
+async def test_a_claim_whose_caller_was_cancelled_while_it_waited_is_not_written(
+    make_world,
+) -> None:
+    # A worker stopping cancels its deliveries: a job claimed for nobody would wait for
+    # its lease to end and count a delivery without an outcome.
+    world = make_world()
+    store = CountingStore(world.store.store)
+    batcher = ClaimBatcher(JobLedger(store))  # type: ignore[arg-type]
+    kept, dropped = await world.submit("kept"), await world.submit("dropped")
+
+    kept_claim = asyncio.ensure_future(batcher.claim(_request(kept, 1)))
+    dropped_claim = asyncio.ensure_future(batcher.claim(_request(dropped, 2)))
+    await asyncio.sleep(0)  # both asked, the batch not yet written
+    dropped_claim.cancel()
+
+    assert (await kept_claim).claimed
+    assert dropped_claim.cancelled()
+    assert (await world.job(dropped.job_id)).status is JobStatus.QUEUED
+    assert await world.store.attempts(dropped.job_id) == []
