@@ -137,6 +137,51 @@ async def test_a_reused_connection_dropped_before_any_answer_is_retried_once(ser
     assert requests == [1, 1, 2]
 
 
+def _drop_second(requests: list[str]) -> Handler:
+    """Answers the first request on a connection, then takes the second and closes
+    without a byte of answer; ``requests`` records each request's line."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        on_this_connection = 0
+        while (request := await read_request(reader)) is not None:
+            requests.append(request[0].split(b"\r\n", 1)[0].decode())
+            on_this_connection += 1
+            if on_this_connection == 2:
+                return
+            writer.write(answer(200, b"ok"))
+            await writer.drain()
+
+    return handler
+
+
+async def test_a_request_unsafe_to_send_twice_is_not_resent_on_a_dropped_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    # The server may have acted on it before going away (a cancel that committed and
+    # then a restart): httpcore's error, and client/retrying.py decides.
+    requests: list[str] = []
+    server = await serve(_drop_second(requests))
+    async with httpx.AsyncClient(transport=Http11Transport(), base_url=server.url) as http:
+        assert (await http.get("/a")).text == "ok"
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.post("/v1/generations/j/cancel")
+    with _sync_client(server.url) as sync_http:
+        assert (await asyncio.to_thread(sync_http.get, "/a")).text == "ok"
+        with pytest.raises(httpx.RemoteProtocolError):
+            await asyncio.to_thread(sync_http.post, "/v1/generations/j/cancel")
+    assert [r for r in requests if r.startswith("POST")] == [
+        "POST /v1/generations/j/cancel HTTP/1.1"
+    ] * 2  # once per client: never sent a second time
+
+
+async def test_a_request_with_an_idempotency_key_is_resent_on_a_dropped_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    requests: list[str] = []
+    server = await serve(_drop_second(requests))
+    async with httpx.AsyncClient(transport=Http11Transport(), base_url=server.url) as http:
+        assert (await http.get("/a")).text == "ok"
+        submitted = await http.post("/v1/generations", json={}, headers={"Idempotency-Key": "k1"})
+        assert submitted.text == "ok"
+    assert requests == ["GET /a HTTP/1.1"] + ["POST /v1/generations HTTP/1.1"] * 2
+
+
 async def test_a_connection_dropped_mid_answer_is_a_protocol_error_not_retried(serve) -> None:  # type: ignore[no-untyped-def]
     requests: list[int] = []
 

@@ -15,10 +15,15 @@ What it keeps of httpx's contract, so that ``client/retrying.py`` and
   WriteError / WriteTimeout, PoolTimeout, RemoteProtocolError;
 - keep-alive connections, at most ``max_connections`` open at once, idle ones dropped
   after ``keepalive_expiry`` seconds (uvicorn closes them after 5);
-- a reused connection that fails before a single byte of its answer arrived (the
-  server closed it while it was idle) is replaced by a fresh one and the request sent
-  once more, as httpcore does: the server answered nothing on it, so it never read the
-  request. Once any byte of an answer was read, the failure is the caller's.
+- a reused connection that fails before a single byte of its answer arrived (most
+  often the server closed it while it was idle) is replaced by a fresh one and the
+  request sent once more, but only a request that is safe to send twice: a GET, HEAD,
+  OPTIONS, PUT or DELETE, or one carrying an ``Idempotency-Key`` (every submit). The
+  server may have read and acted on the request before it went away (a restart
+  between commit and answer); a cancel sent twice would answer 409 for a cancel that
+  worked, so any other request gets httpcore's error, RemoteProtocolError, and the
+  client's retry rules (client/retrying.py) decide. Once any byte of an answer was
+  read, the failure is the caller's.
 
 Answers are read whole (Content-Length, chunked or up to the close), 1xx answers are
 skipped and HEAD has no body: h11 does the framing.
@@ -40,6 +45,14 @@ if TYPE_CHECKING:
 
 _READ_SIZE = 65536
 _DEFAULT_KEEPALIVE_EXPIRY_SECONDS = 5.0
+
+
+_SAFE_TO_RESEND = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+def resendable(request: httpx.Request) -> bool:
+    """Whether sending the request twice does what sending it once does."""
+    return request.method in _SAFE_TO_RESEND or "idempotency-key" in request.headers
 
 
 class Stale(Exception):
@@ -166,8 +179,10 @@ class Http11Transport(httpx.AsyncBaseTransport):
             if connection is not None:
                 try:
                     return await self._exchange(connection, origin, request, body, timeouts, True)
-                except Stale:
-                    pass  # the server had closed it: once more on a fresh connection
+                except Stale as stale:
+                    if not resendable(request):
+                        raise stale.cause from None
+                    # The server had closed it: once more on a fresh connection.
             connection = await self._connect(origin, timeouts.get("connect"))
             try:
                 return await self._exchange(connection, origin, request, body, timeouts, False)

@@ -2,7 +2,7 @@
 
 The same contract as the async one (httpx's timeouts and exception classes, keep-alive
 bounded by ``Limits``, a reused connection that fails before any byte of its answer is
-sent once more on a fresh one), for ``Client``: httpcore's sync pool costs about twice
+sent once more on a fresh one when it is safe to send twice), for ``Client``: httpcore's sync pool costs about twice
 the framing and the system calls per request. Safe to share between threads, as
 ``httpx.Client`` is: the pool is guarded by a lock, each connection used by one request
 at a time.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import h11
 import httpx
 
-from ferryman.client.http11 import Stale, request_bytes, response_of
+from ferryman.client.http11 import Stale, request_bytes, resendable, response_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -108,8 +108,10 @@ class Http11SyncTransport(httpx.BaseTransport):
             if connection is not None:
                 try:
                     return self._exchange(connection, origin, request, body, timeouts, True)
-                except Stale:
-                    pass  # the server had closed it: once more on a fresh connection
+                except Stale as stale:
+                    if not resendable(request):
+                        raise stale.cause from None
+                    # The server had closed it: once more on a fresh connection.
             connection = _connect(origin, timeouts.get("connect"))
             try:
                 return self._exchange(connection, origin, request, body, timeouts, False)
