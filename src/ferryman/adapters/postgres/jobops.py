@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.job_rows import dump_json, job_from_row, job_params
+from ferryman.adapters.job_rows import dump_json, job_from_row, job_params, job_update_params
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
 from ferryman.adapters.postgres.grouping import Statement, pipelined
@@ -60,7 +60,7 @@ def one_statement(change: Change) -> bool:
 
 def apply_statement(change: Change) -> Statement[bool]:
     """``apply`` as one statement: True if the job's revision was the expected one."""
-    params = _change_params(change, _update_params(change.after), stored=0)
+    params = _change_params(change, job_update_params(change.after), stored=0)
     params["expected_revision"] = change.expected_revision
     return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
 
@@ -68,7 +68,7 @@ def apply_statement(change: Change) -> Statement[bool]:
 def apply_and_ack_statement(change: Change, *, message_id: str, token: str) -> Statement[bool]:
     """``apply_statement`` that also deletes the delivery's message (its id and receipt
     token) in the same statement, only if the change was written."""
-    params = _change_params(change, _update_params(change.after), stored=0)
+    params = _change_params(change, job_update_params(change.after), stored=0)
     params["expected_revision"] = change.expected_revision
     params["ack_id"] = message_id
     params["ack_token"] = token
@@ -111,38 +111,6 @@ def keyed_create_statement(
 
 def _written(_rowcount: int, row: tuple[Any, ...] | None) -> bool:
     return row is not None and row[0] == 1
-
-
-def _update_params(job: Job) -> dict[str, Any]:
-    """The columns a change may replace (written_by_update): not the input, metadata
-    and other columns fixed at accept, which would be dumped for nothing."""
-    error = job.error
-    return {
-        "job_id": job.job_id,
-        "status": str(job.status),
-        "dispatch_state": str(job.dispatch_state),
-        "attempt_count": job.attempt_count,
-        "failure_count": job.failure_count,
-        "invalid_output_count": job.invalid_output_count,
-        "fence": job.fence,
-        "attempt_id": job.attempt_id,
-        "worker_id": job.worker_id,
-        "lease_until": job.lease_until,
-        "not_before": job.not_before,
-        "cancel_requested": job.cancel_requested,
-        "result_ref": job.result_ref,
-        "error": None
-        if error is None
-        else dump_json(
-            {"code": error.code, "class": str(error.failure_class), "message": error.message}
-        ),
-        "updated_at": job.updated_at,
-        "completed_at": job.completed_at,
-        "revision": job.revision,
-        "event_seq": job.event_seq,
-        "deliveries_without_outcome": job.deliveries_without_outcome,
-        "fallback_level": job.fallback_level,
-    }
 
 
 def _change_params(change: Change, params: dict[str, Any], *, stored: int) -> dict[str, Any]:
