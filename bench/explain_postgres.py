@@ -187,7 +187,6 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
     }
     return [
         ("get", JOBS["get_job"], {"job_id": _job_id(middle)}),
-        ("claim (conditional update)", JOBS["update_job"], claim),
         (
             "claim (the one-statement change)",
             "\n".join(

@@ -1,10 +1,12 @@
 """Persisting a Change, and the other job writes, as coroutines on one transaction.
 
-A change is written as given (core.changes decides what it contains): the job row
-only if its revision is still the one the change expects (``UPDATE ... WHERE
-revision = r``; a concurrent writer of the same row makes this one wait, then
-re-check the revision), then its events, attempt rows, queue message and the
-tenant's usage counters, all in the caller's transaction.
+A change is written as given (core.changes decides what it contains), as one
+statement (jobs.sql's change blocks): the job row only if its revision is still the
+one the change expects (``UPDATE ... WHERE revision = r``; a concurrent writer of the
+same row makes this one wait, then re-check the revision), and, only if that row was
+written, its events, attempt rows, queue message, the tenant's usage counters and the
+wake-ups. Every write path (a change, an accept, a batch of accepts) uses that one
+form, so what goes with a change is written in one place.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import dump_json, job_from_row, job_params, job_update_params
@@ -175,10 +178,7 @@ async def create(
         existing = await _claim_key(conn, job, now=change.at, expires_at=idempotency_expires_at)
         if existing is not None:
             return Accepted(job=existing, created=False)
-    if await execute(conn, JOBS["insert_job"], job_params(job)) != 1:
-        raise StateConflictError("a job with this id already exists")
-    await _write_consequences(conn, change, stored=1)
-    return Accepted(job=job, created=True)
+    return await create_statement(change)(conn)
 
 
 async def create_many(
@@ -263,12 +263,24 @@ async def _claim_key(
 
 
 async def apply(conn: psycopg.AsyncConnection[Any], change: Change) -> bool:
-    """Write the change if the job's revision is still the expected one."""
-    params = job_params(change.after)
-    params["expected_revision"] = change.expected_revision
-    if await execute(conn, JOBS["update_job"], params) != 1:
+    """Write the change if the job's revision is still the expected one: the
+    one-statement form with the change's first ended attempt, then the others it ends
+    (a takeover of several), in the caller's transaction."""
+    head, rest = change.closed[:1], change.closed[1:]
+    if not await apply_statement(replace(change, closed=head))(conn):
         return False
-    await _write_consequences(conn, change, stored=0)
+    for ending in rest:
+        await execute(
+            conn,
+            JOBS["close_attempt"],
+            {
+                "job_id": change.job_id,
+                "attempt_id": ending.attempt_id,
+                "ended_at": ending.ended_at,
+                "replaces_abandoned": ending.replaces_abandoned,
+                **report_params(ending.report),
+            },
+        )
     return True
 
 
@@ -280,63 +292,6 @@ async def apply_and_ack(
         return False
     await execute(conn, QUEUE["delete_message"], {"id": message_id, "token": token})
     return True
-
-
-async def _write_consequences(
-    conn: psycopg.AsyncConnection[Any], change: Change, *, stored: int
-) -> None:
-    job_id = change.job_id
-    # Pipelined: the rows a change brings go to the server in one round trip, and any
-    # failure among them still fails (and rolls back) the whole transaction.
-    async with conn.pipeline(), conn.cursor() as cursor:
-        if change.events:
-            await cursor.executemany(
-                JOBS["insert_event"],
-                [
-                    {
-                        "job_id": job_id,
-                        "seq": event.seq,
-                        "at": event.at,
-                        "kind": str(event.kind),
-                        "detail": dump_json(event.detail),
-                    }
-                    for event in change.events
-                ],
-            )
-        for ending in change.closed:
-            await cursor.execute(
-                JOBS["close_attempt"],
-                {
-                    "job_id": job_id,
-                    "attempt_id": ending.attempt_id,
-                    "ended_at": ending.ended_at,
-                    "replaces_abandoned": ending.replaces_abandoned,
-                    **report_params(ending.report),
-                },
-            )
-        if change.opened is not None:
-            attempt = change.opened
-            await cursor.execute(
-                JOBS["insert_attempt"],
-                {
-                    "job_id": job_id,
-                    "attempt_no": attempt.attempt_no,
-                    "attempt_id": attempt.attempt_id,
-                    "worker_id": attempt.worker_id,
-                    "started_at": attempt.started_at,
-                    "tenant_id": attempt.tenant_id,
-                    "task": attempt.task,
-                    "model": attempt.model,
-                },
-            )
-        if change.enqueue:
-            await messages.insert_message(conn, QueueMessage.for_job(change.after), now=change.at)
-        if change.stops_running_attempt:
-            await cursor.execute(JOBS["notify_cancels"])
-        if stored or change.backlog_delta:
-            await _add_usage(
-                conn, change.after.tenant_id, unfinished=change.backlog_delta, stored=stored
-            )
 
 
 async def _add_usage(

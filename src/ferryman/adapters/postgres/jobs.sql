@@ -5,47 +5,6 @@
 -- name: get_job
 SELECT * FROM jobs WHERE job_id = %(job_id)s;
 
--- name: insert_job
-INSERT INTO jobs (
-    job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
-    payload_version, status, dispatch_state, attempt_count, failure_count,
-    invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
-    cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
-    updated_at, completed_at, revision, event_seq, deliveries_without_outcome, fallback_level
-) VALUES (
-    %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s, %(model)s,
-    %(input)s, %(metadata)s, %(payload_version)s, %(status)s, %(dispatch_state)s,
-    %(attempt_count)s, %(failure_count)s, %(invalid_output_count)s, %(fence)s,
-    %(attempt_id)s, %(worker_id)s, %(lease_until)s, %(not_before)s, %(cancel_requested)s,
-    %(result_ref)s, %(error)s, %(traceparent)s, %(correlation_id)s, %(created_at)s,
-    %(updated_at)s, %(completed_at)s, %(revision)s, %(event_seq)s,
-    %(deliveries_without_outcome)s, %(fallback_level)s
-)
-ON CONFLICT (job_id) DO NOTHING;
-
--- name: update_job
-UPDATE jobs SET
-    status = %(status)s,
-    dispatch_state = %(dispatch_state)s,
-    attempt_count = %(attempt_count)s,
-    failure_count = %(failure_count)s,
-    invalid_output_count = %(invalid_output_count)s,
-    fence = %(fence)s,
-    attempt_id = %(attempt_id)s,
-    worker_id = %(worker_id)s,
-    lease_until = %(lease_until)s,
-    not_before = %(not_before)s,
-    cancel_requested = %(cancel_requested)s,
-    result_ref = %(result_ref)s,
-    error = %(error)s,
-    updated_at = %(updated_at)s,
-    completed_at = %(completed_at)s,
-    revision = %(revision)s,
-    event_seq = %(event_seq)s,
-    deliveries_without_outcome = %(deliveries_without_outcome)s,
-    fallback_level = %(fallback_level)s
-WHERE job_id = %(job_id)s AND revision = %(expected_revision)s;
-
 -- name: claim_idempotency
 -- Taken first: a concurrent accept with the same key waits here for this one to
 -- commit, then finds its entry (so two requests never both create a job).
@@ -64,20 +23,8 @@ UPDATE idempotency SET
     job_id = %(job_id)s, request_hash = %(request_hash)s, expires_at = %(expires_at)s
 WHERE tenant_id = %(tenant_id)s AND key = %(key)s;
 
--- name: insert_event
-INSERT INTO events (job_id, seq, at, kind, detail)
-VALUES (%(job_id)s, %(seq)s, %(at)s, %(kind)s, %(detail)s);
-
 -- name: list_events
 SELECT * FROM events WHERE job_id = %(job_id)s ORDER BY seq;
-
--- name: insert_attempt
-INSERT INTO attempts (
-    job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
-) VALUES (
-    %(job_id)s, %(attempt_no)s, %(attempt_id)s, %(worker_id)s, %(started_at)s,
-    %(tenant_id)s, %(task)s, %(model)s
-);
 
 -- name: close_attempt
 -- Only an attempt with no outcome yet: an ended attempt keeps its first ending.
