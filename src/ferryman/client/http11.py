@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import time
 import urllib.request
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -96,6 +97,64 @@ def response_of(
         request=request,
         extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
     )
+
+
+class Answer:
+    """An answer as h11 frames it, shared by both transports: ``step`` takes h11's events
+    until it needs more bytes (False) or the answer is whole (True)."""
+
+    def __init__(self, conn: h11.Connection) -> None:
+        self._conn = conn
+        self._head: h11.Response | None = None
+        self._chunks: list[bytes] = []
+
+    def step(self) -> bool:
+        while True:
+            try:
+                event: Any = self._conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                return False
+            if isinstance(event, h11.Response):
+                self._head = event
+            elif isinstance(event, h11.Data):
+                self._chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return True
+            elif event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+                # PAUSED: a 101, though we never ask to switch protocols.
+                raise httpx.RemoteProtocolError(f"unexpected from the server: {event!r}")
+            # h11.InformationalResponse (1xx): skipped, the real answer follows
+
+    def response(self, request: httpx.Request) -> httpx.Response:
+        return response_of(self._head, self._chunks, request)
+
+
+def read_outcome(
+    data: bytes,
+    error: httpx.ReadError | None,
+    *,
+    reused: bool,
+    received: bool,
+    write_error: httpx.WriteError | None,
+) -> bytes:
+    """What one read of an answer gave, for both transports: its bytes, or what its
+    failure means. Nothing at all on a reused connection (the server closed it before
+    reading the request) is ``Stale``: the caller may send again. Nothing after a
+    failed write is that write's error. Once any byte came, a failure is the caller's."""
+    failure: httpx.TransportError
+    if error is not None:
+        if received:
+            raise error
+        failure = error
+    elif data or received:
+        return data
+    else:
+        failure = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    if reused:
+        raise Stale(failure)
+    raise write_error or failure
 
 
 class _Connection:
@@ -255,31 +314,14 @@ class Http11Transport(httpx.AsyncBaseTransport):
             # that answer is read below, as httpcore does. No answer: this error.
             write_error = exc
             connection.broken = True
-        conn = connection.h11
         read_seconds = timeouts.get("read")
+        answer = Answer(connection.h11)
         received = False
-        head: h11.Response | None = None
-        chunks: list[bytes] = []
-        while True:
-            try:
-                event: Any = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
-            if event is h11.NEED_DATA:
-                data = await _receive(connection, read_seconds, reused, received, write_error)
-                conn.receive_data(data)
-                received = True
-            elif isinstance(event, h11.Response):
-                head = event
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            elif event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
-                # PAUSED: a 101, though we never ask to switch protocols.
-                raise httpx.RemoteProtocolError(f"unexpected from the server: {event!r}")
-            # h11.InformationalResponse (1xx): skipped, the real answer follows
-        return response_of(head, chunks, request)
+        while not answer.step():
+            data = await _receive(connection, read_seconds, reused, received, write_error)
+            connection.h11.receive_data(data)
+            received = True
+        return answer.response(request)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -308,22 +350,12 @@ async def _receive(
     received: bool,
     write_error: httpx.WriteError | None,
 ) -> bytes:
-    """The next bytes of the answer. Nothing at all on a reused connection (the server
-    closed it before reading the request) is ``Stale``: the caller may send again.
-    Nothing after a failed write is that write's error."""
-    failure: httpx.TransportError
+    """The next bytes of the answer, or what their absence means (``read_outcome``)."""
+    outcome = partial(read_outcome, reused=reused, received=received, write_error=write_error)
     try:
         with _mapped(httpx.ReadTimeout, httpx.ReadError):
             async with asyncio.timeout(seconds):
                 data = await connection.reader.read(_READ_SIZE)
     except httpx.ReadError as exc:
-        if received:
-            raise
-        failure = exc
-    else:
-        if data or received:
-            return data
-        failure = httpx.RemoteProtocolError("Server disconnected without sending a response.")
-    if reused:
-        raise Stale(failure)
-    raise write_error or failure
+        return outcome(b"", exc)
+    return outcome(data, None)

@@ -15,12 +15,13 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 import h11
 import httpx
 
-from ferryman.client.http11 import Stale, request_bytes, resendable, response_of
+from ferryman.client.http11 import Answer, Stale, read_outcome, request_bytes, resendable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -193,47 +194,23 @@ def _send_and_read(
         # A server may answer before it has read the whole body (a 413) and close.
         write_error = exc
         connection.broken = True
-    conn = connection.h11
     connection.sock.settimeout(timeouts.get("read"))
+    answer = Answer(connection.h11)
     received = False
-    head: h11.Response | None = None
-    chunks: list[bytes] = []
-    while True:
-        try:
-            event: Any = conn.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise httpx.RemoteProtocolError(str(exc)) from exc
-        if event is h11.NEED_DATA:
-            conn.receive_data(_receive(connection, reused, received, write_error))
-            received = True
-        elif isinstance(event, h11.Response):
-            head = event
-        elif isinstance(event, h11.Data):
-            chunks.append(bytes(event.data))
-        elif isinstance(event, h11.EndOfMessage):
-            break
-        elif event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
-            raise httpx.RemoteProtocolError(f"unexpected from the server: {event!r}")
-        # h11.InformationalResponse (1xx): skipped, the real answer follows
-    return response_of(head, chunks, request)
+    while not answer.step():
+        connection.h11.receive_data(_receive(connection, reused, received, write_error))
+        received = True
+    return answer.response(request)
 
 
 def _receive(
     connection: _Connection, reused: bool, received: bool, write_error: httpx.WriteError | None
 ) -> bytes:
-    """As ``http11._receive``: nothing at all on a reused connection is ``Stale``."""
-    failure: httpx.TransportError
+    """The next bytes of the answer, or what their absence means (``read_outcome``)."""
+    outcome = partial(read_outcome, reused=reused, received=received, write_error=write_error)
     try:
         with _mapped(httpx.ReadTimeout, httpx.ReadError):
             data = connection.sock.recv(_READ_SIZE)
     except httpx.ReadError as exc:
-        if received:
-            raise
-        failure = exc
-    else:
-        if data or received:
-            return data
-        failure = httpx.RemoteProtocolError("Server disconnected without sending a response.")
-    if reused:
-        raise Stale(failure)
-    raise write_error or failure
+        return outcome(b"", exc)
+    return outcome(data, None)
