@@ -164,6 +164,19 @@ def report_params(report: AttemptReport) -> dict[str, Any]:
     }
 
 
+def opened_attempt_params(attempt: Attempt) -> dict[str, Any]:
+    """The columns of a new attempt row (its job's id apart)."""
+    return {
+        "attempt_no": attempt.attempt_no,
+        "attempt_id": attempt.attempt_id,
+        "worker_id": attempt.worker_id,
+        "started_at": attempt.started_at,
+        "tenant_id": attempt.tenant_id,
+        "task": attempt.task,
+        "model": attempt.model,
+    }
+
+
 def attempt_from_row(row: Row) -> Attempt:
     return Attempt(
         job_id=row["job_id"],

@@ -17,7 +17,13 @@ from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.job_rows import dump_json, job_from_row, job_params, job_update_params
+from ferryman.adapters.job_rows import (
+    dump_json,
+    job_from_row,
+    job_params,
+    job_update_params,
+    opened_attempt_params,
+)
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
 from ferryman.adapters.postgres.grouping import Statement, pipelined
@@ -141,17 +147,7 @@ def _change_params(change: Change, params: dict[str, Any], *, stored: int) -> di
     attempt = change.opened
     params["opened"] = None
     if attempt is not None:
-        params["opened"] = json.dumps(
-            {
-                "attempt_no": attempt.attempt_no,
-                "attempt_id": attempt.attempt_id,
-                "worker_id": attempt.worker_id,
-                "started_at": attempt.started_at,
-                "tenant_id": attempt.tenant_id,
-                "task": attempt.task,
-                "model": attempt.model,
-            }
-        )
+        params["opened"] = json.dumps(opened_attempt_params(attempt))
     params["m_id"] = params["m_body"] = params["m_at"] = None
     if change.enqueue:
         params["m_id"] = messages.new_message_id()

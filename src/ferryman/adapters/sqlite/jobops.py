@@ -15,6 +15,7 @@ from ferryman.adapters.job_rows import (
     job_from_row,
     job_params,
     job_update_params,
+    opened_attempt_params,
     report_params,
 )
 from ferryman.adapters.sqlite import messages
@@ -141,16 +142,7 @@ def _write_consequences(conn: sqlite3.Connection, change: Change, *, stored: int
         attempt = change.opened
         conn.execute(
             JOBS["insert_attempt"],
-            {
-                "job_id": job_id,
-                "attempt_no": attempt.attempt_no,
-                "attempt_id": attempt.attempt_id,
-                "worker_id": attempt.worker_id,
-                "started_at": attempt.started_at,
-                "tenant_id": attempt.tenant_id,
-                "task": attempt.task,
-                "model": attempt.model,
-            },
+            {"job_id": job_id, **opened_attempt_params(attempt)},
         )
     if change.enqueue:
         messages.insert_message(conn, QueueMessage.for_job(change.after), now=change.at)
