@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +36,7 @@ from ferryman.core.job import (
 from ferryman.core.models import usd
 from ferryman.core.results import result_key
 from ferryman.observability import metrics
+from ferryman.observability.logging import enabled as log_enabled
 from ferryman.services.attempt import RunningAttempt
 from ferryman.services.claims import ClaimBatcher
 from ferryman.services.failures import judge_failure
@@ -189,18 +191,20 @@ class DeliveryHandler:
         attempt = RunningAttempt(job=claim.job, delivery=delivery)
         fence = claim.job.fence
         # Nothing bound is kept for the length of the call: a worker holds thousands.
-        log.debug("attempt.started", **_log_fields(job, fence))
+        if log_enabled(logging.DEBUG):  # a line per attempt: nothing built when filtered
+            log.debug("attempt.started", **_log_fields(job, fence))
         async with self._runner.attending(attempt):
             result = await self._runner.call(attempt)
             self._failpoints.hit("after_invoke")
             ref = await self._store_result(attempt, result)
         verdict = await self._conclude(attempt, result, ref)
-        log.info(
-            "attempt.ended",
-            **_log_fields(attempt.job, fence),
-            verdict=str(verdict),
-            latency_ms=result.latency_ms,
-        )
+        if log_enabled(logging.INFO):
+            log.info(
+                "attempt.ended",
+                **_log_fields(attempt.job, fence),
+                verdict=str(verdict),
+                latency_ms=result.latency_ms,
+            )
         return verdict
 
     async def _store_result(self, attempt: RunningAttempt, result: CallResult) -> str | None:

@@ -641,3 +641,30 @@ async def test_a_pause_switch_the_store_cannot_read_makes_the_worker_wait_not_st
     await asyncio.wait_for(running, 10)
     assert failures == 0
     assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("level", "lines"),
+    [
+        ("debug", ["attempt.started", "attempt.ended"]),
+        ("info", ["attempt.ended"]),
+        ("warning", []),
+    ],
+)
+async def test_an_attempt_logs_the_lines_its_level_lets_through(make_world, level, lines) -> None:
+    from structlog.testing import capture_logs
+
+    from ferryman.observability.logging import configure_logging, reset_logging
+
+    world = make_world()
+    job = await world.submit("hi there")
+    worker = world.worker()
+    configure_logging(level)
+    try:
+        with capture_logs() as logs:
+            assert await worker.handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    finally:
+        reset_logging()
+    attempt_lines = [line for line in logs if line["event"].startswith("attempt.")]
+    assert [line["event"] for line in attempt_lines] == lines
+    assert all(line["job_id"] == job.job_id for line in attempt_lines)
