@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from ferryman.services.pauses import ProviderPauses
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
+
+    from prometheus_client import Counter, Histogram
 
     from ferryman.core.clock import Clock
     from ferryman.core.lease import LeasePolicy
@@ -182,7 +185,7 @@ class DeliveryHandler:
             )
         )
         if claim.abandoned_attempt_id is not None:
-            metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()
+            _attempts_ended(AttemptOutcome.ABANDONED).inc()
         if claim.dead_lettered:
             return await self._dead_lettered(delivery, claim.job)
         if not claim.claimed:
@@ -320,7 +323,7 @@ class DeliveryHandler:
             return await self._lease_lost(attempt, result)
         if after.status is JobStatus.RETRY_SCHEDULED:
             metrics.child(metrics.RETRIES, failure_class=error.failure_class).inc()
-            metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.RETRY).inc()
+            _attempts_ended(AttemptOutcome.RETRY).inc()
             # The same message carries the retry: hidden until the job is due (I5).
             await self._hide(attempt.delivery, verdict.delay_seconds)
             return Verdict.RETRY_SCHEDULED
@@ -366,7 +369,7 @@ class DeliveryHandler:
         }.get(after.status, AttemptOutcome.CANCELLED)
         failure_class = klass if after.status is JobStatus.FAILED else None
         self._count_terminal(after, after.status, failure_class)
-        metrics.child(metrics.ATTEMPTS_ENDED, outcome=outcome).inc()
+        _attempts_ended(outcome).inc()
         if not self._store.acks_with_outcome:
             await self._ack(attempt.delivery)
         return _VERDICTS[after.status]
@@ -385,7 +388,7 @@ class DeliveryHandler:
             now=self._clock.now(),
             report=self._report(result, AttemptOutcome.LEASE_LOST),
         )
-        metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.LEASE_LOST).inc()
+        _attempts_ended(AttemptOutcome.LEASE_LOST).inc()
         return Verdict.LEASE_LOST
 
     async def _release(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
@@ -399,7 +402,7 @@ class DeliveryHandler:
         )
         if released is None:
             return await self._lease_lost(attempt, result)
-        metrics.child(metrics.ATTEMPTS_ENDED, outcome=AttemptOutcome.ABANDONED).inc()
+        _attempts_ended(AttemptOutcome.ABANDONED).inc()
         await self._hide(attempt.delivery, 0.0)
         return Verdict.RELEASED
 
@@ -454,14 +457,12 @@ class DeliveryHandler:
         """How the attempt ended, counted once in the usage metrics."""
         report = result.report(outcome)
         if report.provider is not None and report.model is not None:
-            labels = {"provider": report.provider, "model": report.model, "outcome": outcome}
-            metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="input").inc(
-                report.input_tokens or 0
+            input_tokens, output_tokens, cost = _usage_series(
+                report.provider, report.model, outcome
             )
-            metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="output").inc(
-                report.output_tokens or 0
-            )
-            metrics.child(metrics.PROVIDER_COST, **labels).inc(usd(report.cost_nano_usd or 0))
+            input_tokens.inc(report.input_tokens or 0)
+            output_tokens.inc(report.output_tokens or 0)
+            cost.inc(usd(report.cost_nano_usd or 0))
         return report
 
     async def _persistently(self, write: Callable[[], Awaitable[T]]) -> T:
@@ -487,16 +488,50 @@ class DeliveryHandler:
         await self._queue.change_visibility(delivery.receipt, timeout_seconds=max(0.0, seconds))
 
     def _count_terminal(self, job: Job, status: JobStatus, klass: FailureClass | None) -> None:
+        outcomes, latency = _terminal_series(
+            job.task, metrics.tenant_label(job.tenant_id), status, klass or ""
+        )
+        outcomes.inc()
+        latency.observe(max(0.0, self._clock.now() - job.created_at))
+
+
+# The metric series of each set of label values, looked up once per set rather than a
+# label lookup per series per attempt. The values are bounded sets (outcomes, statuses,
+# failure classes, task, model and provider names; tenants only where per-tenant
+# series are on), as the metrics' own children are.
+
+
+@functools.cache
+def _attempts_ended(outcome: str) -> Counter:
+    return metrics.child(metrics.ATTEMPTS_ENDED, outcome=outcome)
+
+
+@functools.cache
+def _usage_series(provider: str, model: str, outcome: str) -> tuple[Counter, Counter, Counter]:
+    """An attempt's input tokens, output tokens and cost."""
+    labels = {"provider": provider, "model": model, "outcome": outcome}
+    return (
+        metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="input"),
+        metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="output"),
+        metrics.child(metrics.PROVIDER_COST, **labels),
+    )
+
+
+@functools.cache
+def _terminal_series(
+    task: str, tenant: str, status: str, failure_class: str
+) -> tuple[Counter, Histogram]:
+    """A job's terminal status, and its time from acceptance."""
+    return (
         metrics.child(
             metrics.JOB_OUTCOMES,
-            task=job.task,
-            tenant=metrics.tenant_label(job.tenant_id),
+            task=task,
+            tenant=tenant,
             status=status,
-            failure_class=klass or "",
-        ).inc()
-        metrics.child(metrics.END_TO_END_LATENCY, task=job.task).observe(
-            max(0.0, self._clock.now() - job.created_at)
-        )
+            failure_class=failure_class,
+        ),
+        metrics.child(metrics.END_TO_END_LATENCY, task=task),
+    )
 
 
 def _log_fields(job: Job, fence: int) -> dict[str, Any]:
