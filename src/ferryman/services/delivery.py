@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 import structlog
 
 from ferryman.core.errors import (
@@ -217,7 +218,7 @@ class DeliveryHandler:
         if result.output is None or result.error is not None or attempt.interrupted:
             return None
         job = attempt.job
-        data = json.dumps(result.output, separators=(",", ":"), ensure_ascii=False).encode()
+        data = _result_json(result.output)
         # Attempt-specific, so a late attempt can never overwrite the published result.
         key = result_key(job.tenant_id, job.job_id, attempt.attempt_id)
         try:
@@ -532,6 +533,35 @@ def _terminal_series(
         ),
         metrics.child(metrics.END_TO_END_LATENCY, task=task),
     )
+
+
+# orjson refuses what json encodes differently: dataclasses, datetimes and subclasses of
+# str, int, dict and list go to the stdlib's encoder, as before.
+_ORJSON_AS_STDLIB = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def _result_json(output: dict[str, Any]) -> bytes:
+    """An output as it is stored: compact JSON in UTF-8, non-ASCII as itself.
+
+    orjson writes it (a fraction of the stdlib's cost) wherever it writes the same
+    JSON: the same text for every string, the same values (a float may be written in
+    another form of the same number, 1e-7 for 1e-07). What orjson refuses (an integer
+    past 64 bits, a lone surrogate, a key that is not a string) or may have turned into
+    null (a float that is not finite) is encoded by the stdlib as before, so it fails,
+    or is written, exactly as it was.
+    """
+    try:
+        data = orjson.dumps(output, option=_ORJSON_AS_STDLIB)
+    except orjson.JSONEncodeError:
+        pass
+    else:
+        if b"null" not in data:
+            return data
+    return json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _log_fields(job: Job, fence: int) -> dict[str, Any]:
