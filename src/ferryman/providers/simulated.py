@@ -147,13 +147,19 @@ def _answer(request: ModelRequest, entry: str, script: _Script, request_id: str)
     return valid
 
 
+# The string encoder json.dumps uses (ensure_ascii, as json.dumps by default).
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
 def _words(text: str) -> int:
     return len(text.split())
 
 
 def _valid_output(request: ModelRequest) -> str:
     if request.task == "generate":
-        return json.dumps({"text": _echo(request.prompt, request.max_tokens)})
+        # json.dumps({"text": ...}) written out (its string encoder, its separators):
+        # the same text at a tenth of the cost, on every sim call.
+        return '{"text": ' + _json_string(_echo(request.prompt, request.max_tokens)) + "}"
     return json.dumps(SchemaSynthesizer(request.output_schema, request.prompt).value())
 
 
