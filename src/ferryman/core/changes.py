@@ -108,9 +108,13 @@ def _change(
 ) -> Change:
     revision = 0 if before is None else before.revision
     seq = 0 if before is None else before.event_seq
+    job_id = after.job_id
+    # A list made, then frozen: cheaper than a generator for the one or two events.
     numbered = tuple(
-        Event(job_id=after.job_id, seq=seq + i, at=now, kind=kind, detail=detail)
-        for i, (kind, detail) in enumerate(events, start=1)
+        [
+            Event(job_id=job_id, seq=seq + i, at=now, kind=kind, detail=detail)
+            for i, (kind, detail) in enumerate(events, start=1)
+        ]
     )
     return Change(
         before=before,

@@ -93,6 +93,10 @@ _VERDICTS = {
 }
 
 
+# The attempt's outcome when its write left the job terminal (otherwise CANCELLED).
+_OUTCOMES = {JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED, JobStatus.FAILED: AttemptOutcome.FAILED}
+
+
 @dataclass(frozen=True, slots=True)
 class DeliverySettings:
     lease: LeasePolicy
@@ -364,10 +368,7 @@ class DeliveryHandler:
     ) -> Verdict:
         """The owner's write made the job terminal: count it, then ack (I5), unless
         the write deleted the message already."""
-        outcome = {
-            JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED,
-            JobStatus.FAILED: AttemptOutcome.FAILED,
-        }.get(after.status, AttemptOutcome.CANCELLED)
+        outcome = _OUTCOMES.get(after.status, AttemptOutcome.CANCELLED)
         failure_class = klass if after.status is JobStatus.FAILED else None
         self._count_terminal(after, after.status, failure_class)
         _attempts_ended(outcome).inc()
