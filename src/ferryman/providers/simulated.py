@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import secrets
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,8 +100,9 @@ class SimulatedProvider:
     async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
         script = _Script.from_extras(request.extras) if self._scripts else _UNSCRIPTED
         entry = script.entry(request.attempt_no)
-        # As unique as a uuid4's hex, at a fraction of its cost (one per call).
-        request_id = f"sim-{secrets.token_hex(16)}"
+        # As unique as a uuid4's hex, without its cost or a system call per call (the
+        # id of a simulated request need not be unguessable, only unique).
+        request_id = f"sim-{random.getrandbits(128):032x}"
         if entry == "timeout" or script.latency_seconds >= timeout_seconds:
             await self._sleep(max(timeout_seconds, 0.0))
             raise ProviderTimeoutError(
