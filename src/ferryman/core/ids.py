@@ -14,6 +14,37 @@ _RANDOM_BITS = 80
 _MAX_RANDOM = (1 << _RANDOM_BITS) - 1
 
 
+class _RandomBytes:
+    """Bytes from the system's CSPRNG, read 4 KiB at a time.
+
+    os.urandom releases the GIL for its system call; on a busy server the calling
+    thread then waits for the GIL to come back, far longer than the call itself. One
+    read serves a few hundred ids. A forked child reads its own (``_reset``), so no
+    two processes ever hand out the same bytes.
+    """
+
+    _CHUNK = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pool = b""
+        self._at = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            at = self._at
+            if at + n > len(self._pool):
+                self._pool, at = os.urandom(max(self._CHUNK, n)), 0
+            self._at = at + n
+            return self._pool[at : at + n]
+
+
+_RANDOM = _RandomBytes()
+
+
 class _UlidSource:
     """ULIDs (48 bits of milliseconds, 80 random bits, 26 digits), as python-ulid's
     ``str(ULID())`` makes them: fresh random bits in a new millisecond, the last ones
@@ -39,7 +70,7 @@ class _UlidSource:
                 self._random += 1
             else:
                 self._ms = ms
-                self._random = int.from_bytes(os.urandom(_RANDOM_BITS // 8), "big")
+                self._random = int.from_bytes(_RANDOM.take(_RANDOM_BITS // 8), "big")
                 self._prefix = (
                     _DIGITS[(ms >> 45) & 31]
                     + "".join(_PAIRS[(ms >> shift) & 1023] for shift in (35, 25, 15, 5))
@@ -61,8 +92,16 @@ class _UlidSource:
 
 
 _ULIDS = _UlidSource()
-# A forked child must not go on from its parent's last id: both would make the next.
-os.register_at_fork(after_in_child=_ULIDS._reset)
+
+
+def _after_fork_in_child() -> None:
+    # A forked child must not go on from its parent's last id or random bytes: both
+    # processes would hand out the same.
+    _RANDOM._reset()
+    _ULIDS._reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def new_job_id() -> str:
@@ -74,7 +113,7 @@ def new_attempt_id() -> str:
 
 
 def new_correlation_id() -> str:
-    return f"cor_{secrets.token_hex(12)}"
+    return f"cor_{_RANDOM.take(12).hex()}"
 
 
 def new_worker_id(hostname: str, pid: int) -> str:

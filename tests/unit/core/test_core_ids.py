@@ -62,17 +62,26 @@ def test_every_digit_of_the_random_part_is_used() -> None:
 def test_a_forked_child_does_not_go_on_from_its_parents_last_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # One millisecond for parent and child: each would make its last id plus one.
+    # One millisecond for parent and child: each would make its last id plus one, and
+    # take the same next random bytes.
     monkeypatch.setattr(ids, "time", SimpleNamespace(time_ns=lambda: 1_700_000_000_000_000_000))
     read, write = os.pipe()
     new_attempt_id()
+    new_correlation_id()
     pid = os.fork()
-    if pid == 0:  # the child: its next id within the same millisecond, then exit
-        os.write(write, new_attempt_id().encode())
+    if pid == 0:  # the child: its next ids within the same millisecond, then exit
+        os.write(write, f"{new_correlation_id()} {new_attempt_id()}".encode())
         os._exit(0)
-    parents = new_attempt_id()
+    parents = [new_correlation_id(), new_attempt_id()]
     os.waitpid(pid, 0)
-    childs = os.read(read, 64).decode()
+    childs = os.read(read, 128).decode().split()
     os.close(read)
     os.close(write)
-    assert childs != parents
+    assert len(childs) == 2
+    assert all(child != parent for child, parent in zip(childs, parents, strict=True))
+
+
+def test_correlation_ids_are_random_hex_however_many_are_made() -> None:
+    made = [new_correlation_id() for _ in range(3 * 4096 // 12)]  # past a few reads
+    assert all(re.fullmatch(r"cor_[0-9a-f]{24}", c) for c in made)
+    assert len(set(made)) == len(made)
