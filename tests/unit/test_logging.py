@@ -22,6 +22,7 @@ from ferryman.core.errors import InvalidRequestError
 from ferryman.observability.log_output import LineWriter
 from ferryman.observability.logging import (
     configure_logging,
+    enabled,
     escape_text,
     flush_logs,
     get_logger,
@@ -239,3 +240,20 @@ def test_libraries_only_warn(logs: pytest.CaptureFixture[str]) -> None:
 
     (line,) = written(logs).splitlines()
     assert json.loads(line)["event"] == "ours"
+
+
+def test_enabled_says_which_levels_the_configured_logger_writes(
+    logs: pytest.CaptureFixture[str],
+) -> None:
+    assert enabled(logging.DEBUG)  # structlog's defaults write every level
+    configure_logging("warning", json=True)
+    assert [enabled(level) for level in (logging.DEBUG, logging.INFO, logging.WARNING)] == [
+        False,
+        False,
+        True,
+    ]
+    configure_logging("debug", json=True)
+    assert enabled(logging.DEBUG)
+    configure_logging("warning", json=True)
+    reset_logging()
+    assert enabled(logging.DEBUG)

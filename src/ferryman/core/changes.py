@@ -37,6 +37,11 @@ from ferryman.core.job import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    # A job's copy, checked by mypy as dataclasses.replace (see core/job.py).
+    from dataclasses import replace as evolve
+else:
+    from ferryman.core.job import evolve
+
 
 @dataclass(frozen=True, slots=True)
 class AttemptEnding:
@@ -103,20 +108,39 @@ def _change(
 ) -> Change:
     revision = 0 if before is None else before.revision
     seq = 0 if before is None else before.event_seq
+    job_id = after.job_id
+    # A list made, then frozen: cheaper than a generator for the one or two events.
     numbered = tuple(
-        Event(job_id=after.job_id, seq=seq + i, at=now, kind=kind, detail=detail)
-        for i, (kind, detail) in enumerate(events, start=1)
+        [
+            Event(job_id=job_id, seq=seq + i, at=now, kind=kind, detail=detail)
+            for i, (kind, detail) in enumerate(events, start=1)
+        ]
     )
-    stamped = dataclasses.replace(after, revision=revision + 1, event_seq=seq + len(numbered))
     return Change(
         before=before,
-        after=stamped,
+        after=_stamped(before, after, revision + 1, seq + len(numbered)),
         at=now,
         events=numbered,
         opened=opened,
         closed=tuple(closed),
         enqueue=enqueue,
     )
+
+
+def _stamped(before: Job | None, after: Job, revision: int, event_seq: int) -> Job:
+    """``after`` with this change's revision and event_seq.
+
+    A rule (core/job.py) returns either the job it was given, unchanged, or a copy it
+    has just made, which nothing else holds yet: that copy is stamped where it is
+    rather than copied a second time (a copy is most of what a transition costs). The
+    job a rule was given is never written to.
+    """
+    if after is before:
+        return evolve(after, revision=revision, event_seq=event_seq)
+    # Past the frozen __setattr__, as the dataclass's own __init__ sets its fields.
+    object.__setattr__(after, "revision", revision)
+    object.__setattr__(after, "event_seq", event_seq)
+    return after
 
 
 def _error_detail(error: JobError) -> dict[str, Any]:
@@ -128,7 +152,7 @@ def _error_detail(error: JobError) -> dict[str, Any]:
 
 def accept(job: Job, *, now: float, dispatched: bool) -> Change:
     """A new job. ``dispatched``: the engine writes its message in the same transaction."""
-    after = dataclasses.replace(
+    after = evolve(
         job,
         status=JobStatus.QUEUED,
         dispatch_state=DispatchState.DISPATCHED if dispatched else DispatchState.PENDING,
@@ -145,7 +169,7 @@ def mark_dispatched(job: Job, *, now: float, redispatch: bool) -> Change:
     """The job's message was sent now: by the outbox path after intake or replay, or
     again by the sweeper (``redispatch``). updated_at moves, so the stalled scan waits
     for the job to stall anew before offering it again."""
-    after = dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED, updated_at=now)
+    after = evolve(job, dispatch_state=DispatchState.DISPATCHED, updated_at=now)
     if redispatch:
         detail = {"status": str(job.status), "dispatch_state": str(job.dispatch_state)}
         events = [(EventKind.REDISPATCHED, detail)]
@@ -214,7 +238,7 @@ def _dead_letter(
         message=f"{deliveries} deliveries of this job ended without any attempt "
         "recording an outcome (crashes or lost leases)",
     )
-    after = dataclasses.replace(
+    after = evolve(
         rules.fail_unowned(job, now=now, error=error), deliveries_without_outcome=deliveries
     )
     events.append((EventKind.DEAD_LETTERED, {"deliveries_without_outcome": deliveries}))
@@ -388,7 +412,7 @@ def replay(
         (EventKind.REPLAYED, {"actor": actor, "reason": reason})
     ]
     if dispatched:
-        after = dataclasses.replace(after, dispatch_state=DispatchState.DISPATCHED)
+        after = evolve(after, dispatch_state=DispatchState.DISPATCHED)
         events.append((EventKind.DISPATCHED, {}))
     return _change(job, after, now=now, events=events, enqueue=dispatched)
 

@@ -8,11 +8,11 @@ these functions into the Change an engine persists.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ferryman.core.copies import replacer
 from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
 
 PAYLOAD_VERSION = 1
@@ -125,6 +125,16 @@ class Job:
     completed_at: float | None = None
 
 
+if TYPE_CHECKING:
+    # To mypy a job's copy is dataclasses.replace, whose plugin checks every field
+    # name and value type a transition gives.
+    from dataclasses import replace as evolve
+else:
+    # At run time the same copy, generated for Job's fields (core/copies.py): a copy
+    # per transition, several per job on the worker's path.
+    evolve = replacer(Job)
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     job_id: str
@@ -227,7 +237,7 @@ def claim(job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until:
     if not is_claimable(job, now=now):
         raise IllegalTransitionError(f"job in {job.status} cannot be claimed now")
     takeover = abandoned_attempt_id(job, now=now) is not None
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.PROCESSING,
         fence=job.fence + 1,
@@ -243,7 +253,7 @@ def claim(job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until:
 
 def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) -> Job:
     _require_owner(job, attempt_id, now)
-    return dataclasses.replace(job, lease_until=max(lease_until, job.lease_until or 0.0))
+    return evolve(job, lease_until=max(lease_until, job.lease_until or 0.0))
 
 
 def release(job: Job, *, attempt_id: str, now: float) -> Job:
@@ -251,7 +261,7 @@ def release(job: Job, *, attempt_id: str, now: float) -> Job:
     delivery claims it at once, and nothing is left for a takeover to abandon (the
     owner already said how its attempt ended)."""
     _require_owner(job, attempt_id, now)
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.QUEUED,
         attempt_id=None,
@@ -263,7 +273,7 @@ def release(job: Job, *, attempt_id: str, now: float) -> Job:
 
 def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
     _require_owner(job, attempt_id, now)
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.SUCCEEDED,
         result_ref=result_ref,
@@ -292,7 +302,7 @@ def schedule_retry(
     else:
         failures = job.failure_count + 1
         invalid_outputs = job.invalid_output_count + (1 if invalid else 0)
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.RETRY_SCHEDULED,
         not_before=not_before,
@@ -309,7 +319,7 @@ def fail(job: Job, *, attempt_id: str, now: float, error: JobError, counts: bool
     """The owning attempt gives up on the job. ``counts``: the failure was a model failure."""
     _require_owner(job, attempt_id, now)
     invalid = error.failure_class is FailureClass.INVALID_OUTPUT
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.FAILED,
         error=error,
@@ -331,7 +341,7 @@ def fail_unowned(job: Job, *, now: float, error: JobError) -> Job:
         and job.lease_until >= now
     ):
         raise IllegalTransitionError("a live attempt owns the job")
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.FAILED,
         error=error,
@@ -350,14 +360,14 @@ def request_cancel(job: Job, *, now: float) -> Job:
     if job.status is JobStatus.PROCESSING:
         if job.cancel_requested:
             return job
-        return dataclasses.replace(job, cancel_requested=True, updated_at=now)
+        return evolve(job, cancel_requested=True, updated_at=now)
     return cancelled(job, now=now)
 
 
 def cancelled(job: Job, *, now: float) -> Job:
     if job.status.terminal:
         raise IllegalTransitionError(f"job is already {job.status}")
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.CANCELLED,
         cancel_requested=True,
@@ -391,7 +401,7 @@ def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
         raise IllegalTransitionError(
             "only dead-lettered jobs are replayed unless other FAILED jobs are included"
         )
-    return dataclasses.replace(
+    return evolve(
         job,
         status=JobStatus.QUEUED,
         # A replay needs a new message; until one is known to exist, the outbox owns it.

@@ -46,6 +46,16 @@ _MAX_DEPTH = 4
 
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
+# The lowest level configure_logging lets through (0 until it is called: structlog's
+# defaults write every level).
+_min_level = 0
+
+
+def enabled(level: int) -> bool:
+    """Would a line at ``level`` (logging.DEBUG, ...) be written? For a hot path that
+    would otherwise build a line's fields on every call only for it to be dropped."""
+    return level >= _min_level
+
 
 class _QueuedLogger:
     """The end of structlog's chain: hands the rendered line to the writer thread."""
@@ -188,6 +198,8 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
         else structlog.dev.ConsoleRenderer(colors=False, exception_formatter=_no_traceback)
     )
     numeric_level = logging.getLevelNamesMapping()[name]
+    global _min_level
+    _min_level = numeric_level
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -212,6 +224,8 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
 
 def reset_logging() -> None:
     """Undo configure_logging (tests, and code embedding ferryman in another app)."""
+    global _min_level
+    _min_level = 0
     structlog.reset_defaults()
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, StdlibBridge)]:

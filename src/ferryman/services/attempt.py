@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from ferryman.services.cancels import CancelWatcher
 from ferryman.services.limiter import estimate_tokens
 
 if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
+
     from ferryman.core.clock import Clock
     from ferryman.core.job import Job
     from ferryman.core.lease import LeasePolicy
@@ -121,6 +124,28 @@ class CallResult:
 _FAILING_OUTCOMES = frozenset(
     {AttemptOutcome.RETRY, AttemptOutcome.FAILED, AttemptOutcome.CANCELLED}
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _CallSeries:
+    """The metric series every call of one task on one model alias counts in."""
+
+    invocations: Counter
+    latency: Histogram
+    input_tokens: Counter
+    output_tokens: Counter
+
+
+@functools.cache
+def _call_series(task: str, model: str) -> _CallSeries:
+    """Looked up once per (task, alias), not four label lookups per call. The values are
+    bounded sets (task and alias names), as the metrics' own children are."""
+    return _CallSeries(
+        invocations=metrics.child(metrics.INVOCATIONS, task=task, model=model),
+        latency=metrics.child(metrics.MODEL_LATENCY, model=model),
+        input_tokens=metrics.child(metrics.TOKENS, model=model, direction="input"),
+        output_tokens=metrics.child(metrics.TOKENS, model=model, direction="output"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +237,8 @@ class AttemptRunner:
         limiter = self._limiters.get(provider.name, request.model)
         estimate = estimate_tokens(request.system, request.prompt, max_tokens=request.max_tokens)
         async with limiter.slot(estimated_tokens=estimate) as admission:
-            metrics.child(metrics.INVOCATIONS, task=task.name, model=route.alias.name).inc()
+            series = _call_series(task.name, route.alias.name)
+            series.invocations.inc()
             started = time.perf_counter()
             try:
                 response = await self._invoke(provider, request)
@@ -232,13 +258,13 @@ class AttemptRunner:
             finally:
                 elapsed = time.perf_counter() - started
                 result.latency_ms = int(elapsed * 1000)
-                metrics.child(metrics.MODEL_LATENCY, model=route.alias.name).observe(elapsed)
+                series.latency.observe(elapsed)
             await limiter.record(
                 admission,
                 throttled=False,
                 used_tokens=response.input_tokens + response.output_tokens,
             )
-        self._record_usage(result, route, response)
+        self._record_usage(result, route, response, series)
         try:
             if response.finish_reason is FinishReason.LENGTH:
                 raise InvalidOutputError(
@@ -268,7 +294,9 @@ class AttemptRunner:
             raise ProviderServerError("the provider failed unexpectedly") from exc
 
     @staticmethod
-    def _record_usage(result: CallResult, route: Route, response: ModelResponse) -> None:
+    def _record_usage(
+        result: CallResult, route: Route, response: ModelResponse, series: _CallSeries
+    ) -> None:
         result.input_tokens = response.input_tokens
         result.output_tokens = response.output_tokens
         result.provider_request_id = response.provider_request_id
@@ -277,9 +305,8 @@ class AttemptRunner:
         result.cost_nano_usd = route.alias.prices.cost_nano_usd(
             response.input_tokens, response.output_tokens
         )
-        model = route.alias.name
-        metrics.child(metrics.TOKENS, model=model, direction="input").inc(response.input_tokens)
-        metrics.child(metrics.TOKENS, model=model, direction="output").inc(response.output_tokens)
+        series.input_tokens.inc(response.input_tokens)
+        series.output_tokens.inc(response.output_tokens)
 
     async def _beat(self, attempt: RunningAttempt) -> LeaseStatus | None:
         """Renew the lease and the message's visibility; None when the store failed."""

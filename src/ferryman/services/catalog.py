@@ -38,6 +38,11 @@ class ModelCatalog:
             for fallback in alias.fallbacks:
                 if fallback not in self._aliases:
                     raise ValueError(f"model {alias.name!r} falls back on an unknown model")
+        # Every alias's route, made once: a worker resolves one per attempt (twice).
+        self._routes: Mapping[str, Route] = {
+            a.name: Route(alias=a, provider=self._providers[a.provider])
+            for a in self._aliases.values()
+        }
 
     @classmethod
     def serving_own_names(cls, providers: Iterable[ModelProvider]) -> ModelCatalog:
@@ -66,6 +71,8 @@ class ModelCatalog:
     def route_at(self, alias: str, fallback_level: int) -> Route:
         """The route of a job on ``alias`` that moved ``fallback_level`` fallbacks on (0:
         its own). A level past the chain's end stays on its last model."""
+        if fallback_level <= 0:
+            return self.route(alias)
         chain = self.chain(alias)
         return self.route(chain[min(max(0, fallback_level), len(chain) - 1)])
 
@@ -76,10 +83,10 @@ class ModelCatalog:
     def route(self, alias: str) -> Route:
         """The provider and model an alias means. Raises ProviderBadRequestError (a job
         stored under an alias this process no longer knows fails INVALID_REQUEST)."""
-        found = self._aliases.get(alias)
+        found = self._routes.get(alias)
         if found is None:
             raise ProviderBadRequestError("no model of that name is configured here")
-        return Route(alias=found, provider=self._providers[found.provider])
+        return found
 
 
 @dataclass(frozen=True, slots=True)

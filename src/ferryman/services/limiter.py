@@ -20,7 +20,6 @@ process's own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,7 +31,7 @@ from ferryman.observability import metrics
 from ferryman.services.provider_share import PerMinute, ProviderShareSync
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import Mapping
 
     from ferryman.ports.limits import SharedLimits
 
@@ -101,10 +100,14 @@ class CallLimiter:
         self._fills = 0  # times a call going out found every other place taken
         self._latency: float | None = None  # running mean of a successful call, seconds
         self._hold_until = 0.0  # monotonic time before which no call goes out
+        # Nothing awaits while holding its lock: the condition only wakes waiting calls.
         self._changed = asyncio.Condition()
+        self._waiting = 0  # calls waiting on it for a place in the window
         self._gauge = metrics.PROVIDER_WINDOW.labels(provider=provider, model=model)
-        self._gauge.set(self.window.permits)
+        self._shown_permits = self.window.permits
+        self._gauge.set(self._shown_permits)
         self._rate_gauge = metrics.PROVIDER_RATE.labels(provider=provider, model=model)
+        self._shown_rate = 0.0
         self.share = (
             None if shared is None else self._share(shared, provider, model, member, budget)
         )
@@ -134,38 +137,64 @@ class CallLimiter:
     def active(self) -> int:
         return self._active
 
-    @contextlib.asynccontextmanager
-    async def slot(self, *, estimated_tokens: int) -> AsyncIterator[Admission]:
+    def slot(self, *, estimated_tokens: int) -> Slot:
         """Wait for a place in the window, then for the learned pace and the request
-        and token budgets (last, so calls leave at the pace, not in bursts)."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._active < self.window.permits)
+        and token budgets (last, so calls leave at the pace, not in bursts).
+        ``async with limiter.slot(...) as admission:`` holds the place for the call."""
+        return Slot(self, float(estimated_tokens))
+
+    async def _admit(self, estimated_tokens: float) -> Admission:
+        if self._active < self.window.permits and not self._changed.locked():
+            # A free place and nobody between the condition's checks: taken at once
+            # (what acquiring the free lock and a true wait_for would do, for less).
             self._active += 1
-            epoch = self.window.epoch
-        try:
-            await self._wait_out_hold()
-            await _spend(self._paced(), 1.0)
-            await _spend(self._requests, 1.0)
-            await _spend(self._tokens, float(estimated_tokens))
-            fills = self._fills
-            self._calling += 1
-            if self._calling >= self.window.permits:
-                self._fills += 1
-            now = time.monotonic()
+        else:
+            self._waiting += 1
             try:
-                yield Admission(
-                    epoch=epoch,
-                    rate_epoch=self.learned.admitted(now),
-                    reserved_tokens=float(estimated_tokens),
-                    fills=fills,
-                    started_at=now,
-                    cluster_epoch=0 if self.share is None else self.share.epoch,
-                )
+                async with self._changed:
+                    await self._changed.wait_for(lambda: self._active < self.window.permits)
+                    self._active += 1
             finally:
-                self._calling -= 1
-        finally:
+                self._waiting -= 1
+        epoch = self.window.epoch
+        try:
+            if self._hold_until > 0.0:
+                await self._wait_out_hold()
+            if self.learned.rate is not None:
+                await _spend(self._paced(), 1.0)
+            if self._requests is not None:
+                await _spend(self._requests, 1.0)
+            if self._tokens is not None:
+                await _spend(self._tokens, estimated_tokens)
+            now = time.monotonic()
+            admission = Admission(
+                epoch=epoch,
+                rate_epoch=self.learned.admitted(now),
+                reserved_tokens=estimated_tokens,
+                fills=self._fills,
+                started_at=now,
+                cluster_epoch=0 if self.share is None else self.share.epoch,
+            )
+        except BaseException:  # never admitted: the place goes back at once
+            await self._leave()
+            raise
+        self._calling += 1
+        if self._calling >= self.window.permits:
+            self._fills += 1
+        return admission
+
+    async def _release(self) -> None:
+        self._calling -= 1
+        await self._leave()
+
+    async def _leave(self) -> None:
+        self._active -= 1
+        await self._notify()
+
+    async def _notify(self) -> None:
+        """Wake the calls waiting for a place (none waiting: nothing to wake)."""
+        if self._waiting:
             async with self._changed:
-                self._active -= 1
                 self._changed.notify_all()
 
     async def record(
@@ -197,20 +226,24 @@ class CallLimiter:
         else:
             self.learned.on_success(now)
             self._note_latency(now - admission.started_at)
-        async with self._changed:
-            holding_back = self._fills > admission.fills
-            if holding_back and throttled:
-                narrowed = self.window.on_throttle(admission.epoch, floor=self._window_for_rate())
-            elif holding_back:
-                self.window.on_success()
+        holding_back = self._fills > admission.fills
+        if holding_back and throttled:
+            narrowed = self.window.on_throttle(admission.epoch, floor=self._window_for_rate())
+        elif holding_back:
+            self.window.on_success()
         if self.share is not None:
             await self.share.after_call(
                 now, admitted_epoch=admission.cluster_epoch, narrowed=narrowed, lowered=lowered
             )
-        async with self._changed:
-            self._gauge.set(self.window.permits)
-            self._rate_gauge.set(self.learned.rate or 0.0)
-            self._changed.notify_all()
+        # The gauges move only when their values do (most calls change neither).
+        if self.window.permits != self._shown_permits:
+            self._shown_permits = self.window.permits
+            self._gauge.set(self._shown_permits)
+        rate = self.learned.rate or 0.0
+        if rate != self._shown_rate:
+            self._shown_rate = rate
+            self._rate_gauge.set(rate)
+        await self._notify()
 
     async def _wait_out_hold(self) -> None:
         # Again after each wait: another throttle may have moved the hold on meanwhile.
@@ -239,6 +272,22 @@ class CallLimiter:
         self._pace.rate_per_second = rate
         self._pace.burst = max(1, int(rate * _PACE_BURST_SECONDS))
         return self._pace
+
+
+class Slot:
+    """A call's place in its limiter's window, from admission until the call is done."""
+
+    __slots__ = ("_estimated_tokens", "_limiter")
+
+    def __init__(self, limiter: CallLimiter, estimated_tokens: float) -> None:
+        self._limiter = limiter
+        self._estimated_tokens = estimated_tokens
+
+    async def __aenter__(self) -> Admission:
+        return await self._limiter._admit(self._estimated_tokens)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._limiter._release()
 
 
 class Limiters:

@@ -822,3 +822,32 @@ def test_a_job_cancelled_while_its_retry_waits_is_never_replayed_or_claimed(jobs
             lease_until=NOW + 91,
             max_deliveries_without_outcome=10,
         )
+
+
+@pytest.mark.parametrize("dispatched", [True, False])
+def test_accept_leaves_the_job_it_was_given_alone(dispatched: bool, jobs: Jobs) -> None:
+    job = jobs.make(revision=5, event_seq=5)
+    snapshot = dataclasses.replace(job)
+
+    change = changes.accept(job, now=NOW, dispatched=dispatched)
+
+    assert job == snapshot
+    assert change.after is not job
+    assert (change.after.revision, change.after.event_seq) == (1, 1 + dispatched)
+
+
+@pytest.mark.parametrize("name", ["note", "lease_lost"])
+def test_a_change_that_keeps_the_job_still_gives_a_new_revision_of_its_own(
+    name: str, jobs: Jobs
+) -> None:
+    make, transition = TRANSITIONS[name]
+    before = make(jobs)
+
+    change = transition(before)
+
+    assert change is not None
+    assert change.after is not before
+    assert (before.revision, change.after.revision) == (
+        change.expected_revision,
+        before.revision + 1,
+    )

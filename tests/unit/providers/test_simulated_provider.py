@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -303,3 +304,22 @@ def test_boolean_subschemas_are_understood_not_a_crash() -> None:
     }
     value = SchemaSynthesizer(schema, "a prompt").value()
     assert value["anything"] == "sim"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40))
+def test_the_generate_answer_is_the_text_json_dumps_writes(prompt: str) -> None:
+    # The answer's text, not only its value, is what its tokens are counted from.
+    request = request_for("generate", {"prompt": prompt})
+    response = asyncio.run(SimulatedProvider().invoke(request, timeout_seconds=TIMEOUT))
+    assert response.text == json.dumps({"text": json.loads(response.text)["text"]})
+    assert response.text == json.dumps({"text": "echo: " + request.prompt})
+
+
+async def test_every_call_has_a_request_id_of_its_own(sim: SimulatedProvider) -> None:
+    request = request_for("generate", {"prompt": "hi"})
+    ids = [
+        (await sim.invoke(request, timeout_seconds=TIMEOUT)).provider_request_id for _ in range(500)
+    ]
+    assert all(re.fullmatch(r"sim-[0-9a-f]{32}", i or "") for i in ids)
+    assert len(set(ids)) == len(ids)

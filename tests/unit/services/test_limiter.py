@@ -180,3 +180,43 @@ async def test_a_provider_with_a_start_concurrency_opens_narrow_and_doubles():
 def test_a_call_is_estimated_from_its_text_and_its_answer_cap():
     assert estimate_tokens("a" * 400, None, max_tokens=100) == 201
     assert estimate_tokens(max_tokens=None) == 257
+
+
+async def test_a_call_cancelled_before_its_admission_gives_its_place_back():
+    limiter = CallLimiter(CallBudget(max_concurrency=1), provider="p", model="m")
+    async with limiter.slot(estimated_tokens=1) as admission:
+        await limiter.record(admission, throttled=True, retry_after_seconds=30.0)
+    held = asyncio.create_task(limiter.slot(estimated_tokens=1).__aenter__())
+    waiting = asyncio.create_task(limiter.slot(estimated_tokens=1).__aenter__())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    # One holds the only place, waiting out the hold; the other waits for the place.
+    assert limiter.active == 1 and not held.done() and not waiting.done()
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert limiter.active == 1  # the freed place went to the waiting call at once
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert limiter.active == 0
+
+
+async def test_the_window_gauge_follows_the_window():
+    from ferryman.observability import metrics
+
+    limiter = CallLimiter(
+        CallBudget(max_concurrency=8, start_concurrency=2), provider="gauge", model="m"
+    )
+    gauge = metrics.PROVIDER_WINDOW.labels(provider="gauge", model="m")
+    assert gauge._value.get() == 2
+    calls = []
+    for _ in range(2):  # the window full: its round trip widens it
+        calls.append(limiter.slot(estimated_tokens=1))
+    admissions = [await call.__aenter__() for call in calls]
+    for call, admission in zip(calls, admissions, strict=True):
+        await limiter.record(admission, throttled=False)
+        await call.__aexit__(None, None, None)
+    assert gauge._value.get() == limiter.window.permits > 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ferryman.core.errors import (
     ContextLengthExceededError,
     FailureClass,
@@ -206,3 +208,29 @@ async def test_a_provider_that_refuses_our_key_is_paused_instead_of_failing_ever
     assert {(await world.job(j.job_id)).status for j in others} == {JobStatus.SUCCEEDED}
     kinds = [e.kind for j in others for e in await world.store.events(j.job_id)]
     assert EventKind.DEAD_LETTERED not in kinds
+
+
+def test_a_route_at_each_fallback_level_is_its_chains_model_and_its_provider():
+    from ferryman.core.errors import ProviderBadRequestError as Unknown
+    from ferryman.providers.simulated import SimulatedProvider
+
+    sim, other = SimulatedProvider(), SimulatedProvider(name="other")
+    catalog = ModelCatalog(
+        aliases=[
+            ModelAlias(name="big", provider="sim", model="m1", fallbacks=("small",)),
+            ModelAlias(name="small", provider="other", model="m2"),
+        ],
+        providers=[sim, other],
+    )
+    routes = [catalog.route_at("big", level) for level in (-1, 0, 1, 2, 9)]
+    assert [(r.alias.name, r.alias.model, r.provider) for r in routes] == [
+        ("big", "m1", sim),
+        ("big", "m1", sim),
+        ("small", "m2", other),
+        ("small", "m2", other),
+        ("small", "m2", other),
+    ]
+    assert catalog.route_at("small", 0) == catalog.route("small")
+    for level in (0, 1):
+        with pytest.raises(Unknown):
+            catalog.route_at("gone", level)

@@ -641,3 +641,62 @@ async def test_a_pause_switch_the_store_cannot_read_makes_the_worker_wait_not_st
     await asyncio.wait_for(running, 10)
     assert failures == 0
     assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("level", "lines"),
+    [
+        ("debug", ["attempt.started", "attempt.ended"]),
+        ("info", ["attempt.ended"]),
+        ("warning", []),
+    ],
+)
+async def test_an_attempt_logs_the_lines_its_level_lets_through(make_world, level, lines) -> None:
+    from structlog.testing import capture_logs
+
+    from ferryman.observability.logging import configure_logging, reset_logging
+
+    world = make_world()
+    job = await world.submit("hi there")
+    worker = world.worker()
+    configure_logging(level)
+    try:
+        with capture_logs() as logs:
+            assert await worker.handle(await _receive_one(world)) is Verdict.SUCCEEDED
+    finally:
+        reset_logging()
+    attempt_lines = [line for line in logs if line["event"].startswith("attempt.")]
+    assert [line["event"] for line in attempt_lines] == lines
+    assert all(line["job_id"] == job.job_id for line in attempt_lines)
+
+
+async def test_an_interrupted_call_leaves_its_delivery_uncancelled(make_world) -> None:
+    """An interrupt stops the call, not the delivery: the rest of it (its writes, their
+    timeouts) runs in a task nobody is cancelling, and a cancel from outside still
+    cancels the delivery mid-call."""
+    block = asyncio.Event()
+    world = make_world(block=block)
+    job = await world.submit("x")
+    worker = world.worker()
+    delivery = await _receive_one(world)
+
+    async def deliver():
+        verdict = await worker.handle(delivery)
+        return verdict, asyncio.current_task().cancelling()
+
+    delivering = asyncio.create_task(deliver())
+    await asyncio.wait_for(world.provider.started.wait(), 5)
+    worker._runner.release_all()
+    worker._runner.release_all()  # a second interrupt cancels nothing more
+    assert await asyncio.wait_for(delivering, 5) == (Verdict.RELEASED, 0)
+    assert (await world.job(job.job_id)).status is JobStatus.QUEUED
+
+    world.provider.started.clear()
+    again = await _receive_one(world)
+    outside = asyncio.create_task(world.worker().handle(again))
+    await asyncio.wait_for(world.provider.started.wait(), 5)
+    outside.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outside
+    # Cancelled from outside mid-call: nothing written, the new attempt still owns it.
+    assert (await world.job(again.message.job_id)).status is JobStatus.PROCESSING
