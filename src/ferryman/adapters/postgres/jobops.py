@@ -28,7 +28,7 @@ from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
 from ferryman.adapters.postgres.grouping import Statement, pipelined
 from ferryman.adapters.postgres.rows import report_params
-from ferryman.adapters.postgres.sql import JOBS, QUEUE
+from ferryman.adapters.postgres.sql import JOBS, MISC, QUEUE
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, CreateOutcome
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Job
+    from ferryman.ports.results import StagedResult
 
 
 # One statement each (jobs.sql): the job row, then everything the change brings.
@@ -54,6 +55,12 @@ def _statement(*blocks: str) -> str:
 _UPDATE_CHANGE = _statement("written_by_update", "change_consequences", "change_outcome")
 _UPDATE_ACK_CHANGE = _statement(
     "written_by_update", "change_consequences", "change_ack", "change_outcome"
+)
+_UPDATE_RESULT_CHANGE = _statement(
+    "written_by_update", "change_consequences", "change_result", "change_outcome"
+)
+_UPDATE_RESULT_ACK_CHANGE = _statement(
+    "written_by_update", "change_consequences", "change_result", "change_ack", "change_outcome"
 )
 _INSERT_CHANGE = _statement("written_by_insert", "change_consequences", "change_outcome")
 _KEYED_INSERT_CHANGE = _statement(
@@ -82,6 +89,48 @@ def apply_and_ack_statement(change: Change, *, message_id: str, token: str) -> S
     params["ack_id"] = message_id
     params["ack_token"] = token
     return Statement(_UPDATE_ACK_CHANGE, params, _written, returns_row=True)
+
+
+def apply_with_result_statement(
+    change: Change, *, result: StagedResult, ack: tuple[str, str] | None
+) -> Statement[bool]:
+    """``apply_statement`` (with ``ack``, a message id and receipt token: as
+    ``apply_and_ack_statement``) that also writes the result it publishes, only if the
+    change was written and references it."""
+    params = _change_params(change, job_update_params(change.after), stored=0)
+    params["expected_revision"] = change.expected_revision
+    params.update(_result_params(change, result))
+    if ack is None:
+        return Statement(_UPDATE_RESULT_CHANGE, params, _written, returns_row=True)
+    params["ack_id"], params["ack_token"] = ack
+    return Statement(_UPDATE_RESULT_ACK_CHANGE, params, _written, returns_row=True)
+
+
+def _result_params(change: Change, result: StagedResult) -> dict[str, Any]:
+    """The result's row, or NULLs when the change does not publish it (a cancel that
+    won over the publish): nothing would ever reference it."""
+    if change.after.result_ref != result.ref:
+        return {"r_key": None, "r_data": None}
+    return {"r_key": result.key, "r_data": result.data}
+
+
+async def apply_with_result(
+    conn: psycopg.AsyncConnection[Any],
+    change: Change,
+    *,
+    result: StagedResult,
+    ack: tuple[str, str] | None,
+) -> bool:
+    """``apply_with_result_statement`` for a change that does not fit one statement: the
+    change, the result and the ack, in the caller's transaction."""
+    if not await apply(conn, change):
+        return False
+    row = _result_params(change, result)
+    if row["r_key"] is not None:
+        await execute(conn, MISC["put_result"], {"key": row["r_key"], "data": row["r_data"]})
+    if ack is not None:
+        await execute(conn, QUEUE["delete_message"], {"id": ack[0], "token": ack[1]})
+    return True
 
 
 def create_statement(change: Change) -> Statement[Accepted]:

@@ -307,6 +307,18 @@ WITH written AS (
     WHERE messages.id = %(ack_id)s::text AND messages.receipt_token = %(ack_token)s::text
 )
 
+-- name: change_result
+-- The result the change publishes (ports/store.py's PublishesWithResult), written by the
+-- publish's own statement and only if the job row was: durable with the job that
+-- references it, never without it. Its key is attempt-specific, so the upsert only ever
+-- rewrites this attempt's own bytes (as put_result would on a retried put).
+, kept_result AS (
+    INSERT INTO results (key, data)
+    SELECT %(r_key)s::text, %(r_data)s::bytea FROM written
+    WHERE %(r_key)s::text IS NOT NULL
+    ON CONFLICT (key) DO UPDATE SET data = excluded.data
+)
+
 -- name: change_outcome
 SELECT
     w.n AS written,
