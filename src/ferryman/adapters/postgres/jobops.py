@@ -133,6 +133,89 @@ async def apply_with_result(
     return True
 
 
+_MANY_CHANGES = _statement("many_changes")
+
+
+def many_in_one_statement(changes: Sequence[Change]) -> bool:
+    """Whether these changes fit ``apply_many_statement``: each fits one statement, and
+    no two are of one job (in order, the second would be conditional on the first)."""
+    return all(one_statement(c) for c in changes) and len({c.job_id for c in changes}) == len(
+        changes
+    )
+
+
+def apply_many_statement(changes: Sequence[Change]) -> Statement[list[bool]]:
+    """``apply`` for each change, as one statement (jobs.sql's many_changes): per change,
+    whether its job still had its expected revision and it was written."""
+    jobs: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    closed: list[dict[str, Any]] = []
+    opened: list[dict[str, Any]] = []
+    queued: list[dict[str, Any]] = []
+    usage: list[dict[str, Any]] = []
+    stops: list[str] = []
+    for change in changes:
+        job_id = change.job_id
+        row = job_update_params(change.after)
+        row["expected_revision"] = change.expected_revision
+        jobs.append(row)
+        events.extend(
+            {
+                "job_id": job_id,
+                "seq": event.seq,
+                "at": event.at,
+                "kind": str(event.kind),
+                "detail": dump_json(event.detail),
+            }
+            for event in change.events
+        )
+        for ending in change.closed:
+            ended = report_params(ending.report)
+            ended["job_id"] = job_id
+            ended["attempt_id"] = ending.attempt_id
+            ended["ended_at"] = ending.ended_at
+            ended["replaces_abandoned"] = ending.replaces_abandoned
+            closed.append(ended)
+        if change.opened is not None:
+            attempt = opened_attempt_params(change.opened)
+            attempt["job_id"] = job_id
+            opened.append(attempt)
+        if change.enqueue:
+            queued.append(
+                {
+                    "job_id": job_id,
+                    "id": messages.new_message_id(),
+                    "body": QueueMessage.for_job(change.after).to_body(),
+                    "at": change.at,
+                }
+            )
+        if change.backlog_delta:
+            usage.append({"job_id": job_id, "unfinished": change.backlog_delta})
+        if change.stops_running_attempt:
+            stops.append(job_id)
+    params = {
+        "jobs": json.dumps(jobs),
+        "events": json.dumps(events),
+        "closed": json.dumps(closed),
+        "opened": json.dumps(opened),
+        "messages": json.dumps(queued),
+        "usage": json.dumps(usage),
+        "stops": stops,
+    }
+    ids = [change.job_id for change in changes]
+
+    def written(_rowcount: int, row: tuple[Any, ...] | None) -> list[bool]:
+        done = set(row[0] or ()) if row is not None else set()
+        return [job_id in done for job_id in ids]
+
+    return Statement(_MANY_CHANGES, params, written, returns_row=True)
+
+
+async def apply_many(conn: psycopg.AsyncConnection[Any], changes: Sequence[Change]) -> list[bool]:
+    """``apply`` for each change, in order, in the caller's transaction."""
+    return [await apply(conn, change) for change in changes]
+
+
 def create_statement(change: Change) -> Statement[Accepted]:
     """``create`` of a job without an idempotency key, as one statement."""
     job = change.after

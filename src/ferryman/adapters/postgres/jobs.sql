@@ -328,6 +328,104 @@ SELECT
         THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
 FROM (SELECT count(*) AS n FROM written) AS w;
 
+-- name: many_changes
+-- Several jobs' changes (AppliesMany: a worker's claims for one receive batch) in ONE
+-- statement, each written only if its own job still has the revision it expects
+-- (expected_revision in its row), whatever became of the others: one parse, one plan,
+-- one round trip for the batch instead of one change statement each. What goes with
+-- each job row is as in change_consequences, joined to the rows written. No two
+-- changes are of one job (the caller sends those apart). Returns the ids written.
+WITH input AS (
+    SELECT (j.value ->> 'expected_revision')::int AS expected_revision, r.*
+    FROM json_array_elements(%(jobs)s::json) AS j
+    CROSS JOIN LATERAL json_populate_record(NULL::jobs, j.value) AS r
+), written AS (
+    UPDATE jobs SET
+        status = i.status,
+        dispatch_state = i.dispatch_state,
+        attempt_count = i.attempt_count,
+        failure_count = i.failure_count,
+        invalid_output_count = i.invalid_output_count,
+        fence = i.fence,
+        attempt_id = i.attempt_id,
+        worker_id = i.worker_id,
+        lease_until = i.lease_until,
+        not_before = i.not_before,
+        cancel_requested = i.cancel_requested,
+        result_ref = i.result_ref,
+        error = i.error,
+        updated_at = i.updated_at,
+        completed_at = i.completed_at,
+        revision = i.revision,
+        event_seq = i.event_seq,
+        deliveries_without_outcome = i.deliveries_without_outcome,
+        fallback_level = i.fallback_level
+    FROM input AS i
+    WHERE jobs.job_id = i.job_id AND jobs.revision = i.expected_revision
+    RETURNING jobs.job_id, jobs.tenant_id
+), new_events AS (
+    INSERT INTO events (job_id, seq, at, kind, detail)
+    SELECT written.job_id, e.seq, e.at, e.kind, e.detail
+    FROM written JOIN json_populate_recordset(NULL::events, %(events)s::json) AS e
+        ON e.job_id = written.job_id
+), closed_attempt AS (
+    -- As close_attempt: an ended attempt keeps its first ending.
+    UPDATE attempts SET
+        ended_at = c.ended_at,
+        outcome = c.outcome,
+        failure_class = c.failure_class,
+        error_code = c.error_code,
+        latency_ms = c.latency_ms,
+        input_tokens = c.input_tokens,
+        output_tokens = c.output_tokens,
+        provider_request_id = c.provider_request_id,
+        model = COALESCE(c.model, attempts.model),
+        provider = c.provider,
+        provider_model = c.provider_model,
+        finish_reason = c.finish_reason,
+        cost_nano_usd = c.cost_nano_usd,
+        raw_output = c.raw_output
+    FROM written JOIN (
+        SELECT (j.value ->> 'replaces_abandoned')::boolean AS replaces_abandoned, r.*
+        FROM json_array_elements(%(closed)s::json) AS j
+        CROSS JOIN LATERAL json_populate_record(NULL::attempts, j.value) AS r
+    ) AS c ON c.job_id = written.job_id
+    WHERE attempts.job_id = c.job_id AND attempts.attempt_id = c.attempt_id
+      AND (attempts.outcome IS NULL OR (c.replaces_abandoned AND attempts.outcome = 'abandoned'))
+), opened_attempt AS (
+    INSERT INTO attempts (
+        job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
+    )
+    SELECT written.job_id, o.attempt_no, o.attempt_id, o.worker_id, o.started_at,
+        o.tenant_id, o.task, o.model
+    FROM written JOIN json_populate_recordset(NULL::attempts, %(opened)s::json) AS o
+        ON o.job_id = written.job_id
+), new_message AS (
+    INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count)
+    SELECT m.id, m.body, written.tenant_id, m.at, m.at, 0
+    FROM written JOIN json_to_recordset(%(messages)s::json)
+        AS m(job_id text, id text, body text, at float8) ON m.job_id = written.job_id
+    RETURNING 1
+), usage AS (
+    -- One row per tenant (an upsert may not touch one row twice), in tenant order.
+    INSERT INTO tenant_usage (tenant_id, unfinished, stored)
+    SELECT written.tenant_id, sum(u.unfinished)::int, 0
+    FROM written JOIN json_to_recordset(%(usage)s::json) AS u(job_id text, unfinished int)
+        ON u.job_id = written.job_id
+    GROUP BY written.tenant_id
+    HAVING sum(u.unfinished) <> 0
+    ORDER BY written.tenant_id
+    ON CONFLICT (tenant_id) DO UPDATE SET
+        unfinished = tenant_usage.unfinished + excluded.unfinished
+)
+SELECT
+    (SELECT array_agg(job_id) FROM written) AS written,
+    CASE WHEN EXISTS (SELECT 1 FROM new_message)
+        THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
+    CASE WHEN EXISTS (
+        SELECT 1 FROM written WHERE written.job_id = ANY(%(stops)s::text[])
+    ) THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks;
+
 -- name: written_by_keyed_insert
 -- An accept with an idempotency key, when the key is free: the key's entry, then the
 -- job FROM it. A key already taken writes nothing (claimed = 0), and the caller then
