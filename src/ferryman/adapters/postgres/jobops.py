@@ -201,8 +201,10 @@ def apply_many_statement(changes: Sequence[Change]) -> Statement[list[bool]]:
         "messages": json.dumps(queued),
         "usage": json.dumps(usage),
         "stops": stops,
+        "ids": [change.job_id for change in changes],
+        "closed_ids": [ended["attempt_id"] for ended in closed],
     }
-    ids = [change.job_id for change in changes]
+    ids = params["ids"]
 
     def written(_rowcount: int, row: tuple[Any, ...] | None) -> list[bool]:
         done = set(row[0] or ()) if row is not None else set()

@@ -335,10 +335,15 @@ FROM (SELECT count(*) AS n FROM written) AS w;
 -- one round trip for the batch instead of one change statement each. What goes with
 -- each job row is as in change_consequences, joined to the rows written. No two
 -- changes are of one job (the caller sends those apart). Returns the ids written.
-WITH input AS (
+-- Each JSON set is read once (MATERIALIZED), not once per row it is joined with.
+WITH input AS MATERIALIZED (
     SELECT (j.value ->> 'expected_revision')::int AS expected_revision, r.*
     FROM json_array_elements(%(jobs)s::json) AS j
     CROSS JOIN LATERAL json_populate_record(NULL::jobs, j.value) AS r
+), closing AS MATERIALIZED (
+    SELECT (j.value ->> 'replaces_abandoned')::boolean AS replaces_abandoned, r.*
+    FROM json_array_elements(%(closed)s::json) AS j
+    CROSS JOIN LATERAL json_populate_record(NULL::attempts, j.value) AS r
 ), written AS (
     UPDATE jobs SET
         status = i.status,
@@ -361,7 +366,10 @@ WITH input AS (
         deliveries_without_outcome = i.deliveries_without_outcome,
         fallback_level = i.fallback_level
     FROM input AS i
-    WHERE jobs.job_id = i.job_id AND jobs.revision = i.expected_revision
+    -- The ids again as an array: a JSON set's row count is unknown to the planner, which
+    -- would otherwise scan every job to join them; this finds them by the primary key.
+    WHERE jobs.job_id = ANY(%(ids)s::text[])
+      AND jobs.job_id = i.job_id AND jobs.revision = i.expected_revision
     RETURNING jobs.job_id, jobs.tenant_id
 ), new_events AS (
     INSERT INTO events (job_id, seq, at, kind, detail)
@@ -385,12 +393,10 @@ WITH input AS (
         finish_reason = c.finish_reason,
         cost_nano_usd = c.cost_nano_usd,
         raw_output = c.raw_output
-    FROM written JOIN (
-        SELECT (j.value ->> 'replaces_abandoned')::boolean AS replaces_abandoned, r.*
-        FROM json_array_elements(%(closed)s::json) AS j
-        CROSS JOIN LATERAL json_populate_record(NULL::attempts, j.value) AS r
-    ) AS c ON c.job_id = written.job_id
-    WHERE attempts.job_id = c.job_id AND attempts.attempt_id = c.attempt_id
+    FROM written JOIN closing AS c ON c.job_id = written.job_id
+    -- As for the jobs: found by the attempt_id index, not by a scan of every attempt.
+    WHERE attempts.attempt_id = ANY(%(closed_ids)s::text[])
+      AND attempts.job_id = c.job_id AND attempts.attempt_id = c.attempt_id
       AND (attempts.outcome IS NULL OR (c.replaces_abandoned AND attempts.outcome = 'abandoned'))
 ), opened_attempt AS (
     INSERT INTO attempts (
