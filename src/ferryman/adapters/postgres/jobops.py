@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import (
@@ -26,7 +26,7 @@ from ferryman.adapters.job_rows import (
 )
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
-from ferryman.adapters.postgres.grouping import Statement, pipelined
+from ferryman.adapters.postgres.grouping import Answer, Statement, pipelined
 from ferryman.adapters.postgres.rows import report_params
 from ferryman.adapters.postgres.sql import JOBS, MISC, QUEUE
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
@@ -76,19 +76,13 @@ def one_statement(change: Change) -> bool:
 
 def apply_statement(change: Change) -> Statement[bool]:
     """``apply`` as one statement: True if the job's revision was the expected one."""
-    params = _change_params(change, job_update_params(change.after), stored=0)
-    params["expected_revision"] = change.expected_revision
-    return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
+    return _change_statement(_Item(change, None, None))
 
 
 def apply_and_ack_statement(change: Change, *, message_id: str, token: str) -> Statement[bool]:
     """``apply_statement`` that also deletes the delivery's message (its id and receipt
     token) in the same statement, only if the change was written."""
-    params = _change_params(change, job_update_params(change.after), stored=0)
-    params["expected_revision"] = change.expected_revision
-    params["ack_id"] = message_id
-    params["ack_token"] = token
-    return Statement(_UPDATE_ACK_CHANGE, params, _written, returns_row=True)
+    return _change_statement(_Item(change, None, (message_id, token)))
 
 
 def apply_with_result_statement(
@@ -97,13 +91,42 @@ def apply_with_result_statement(
     """``apply_statement`` (with ``ack``, a message id and receipt token: as
     ``apply_and_ack_statement``) that also writes the result it publishes, only if the
     change was written and references it."""
-    params = _change_params(change, job_update_params(change.after), stored=0)
-    params["expected_revision"] = change.expected_revision
-    params.update(_result_params(change, result))
-    if ack is None:
-        return Statement(_UPDATE_RESULT_CHANGE, params, _written, returns_row=True)
-    params["ack_id"], params["ack_token"] = ack
-    return Statement(_UPDATE_RESULT_ACK_CHANGE, params, _written, returns_row=True)
+    return _change_statement(_Item(change, result, ack))
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One change to write, with the result it publishes and the message it acks."""
+
+    change: Change
+    result: StagedResult | None
+    ack: tuple[str, str] | None
+
+
+_QUERIES = {
+    (False, False): _UPDATE_CHANGE,
+    (False, True): _UPDATE_ACK_CHANGE,
+    (True, False): _UPDATE_RESULT_CHANGE,
+    (True, True): _UPDATE_RESULT_ACK_CHANGE,
+}
+
+
+def _change_statement(item: _Item) -> Statement[bool]:
+    """The change as its own statement, or, with the other changes of its group-commit
+    batch, part of one many_changes statement (grouping.py's Merger)."""
+
+    def params() -> dict[str, Any]:
+        change = item.change
+        values = _change_params(change, job_update_params(change.after), stored=0)
+        values["expected_revision"] = change.expected_revision
+        if item.result is not None:
+            values.update(_result_params(change, item.result))
+        if item.ack is not None:
+            values["ack_id"], values["ack_token"] = item.ack
+        return values
+
+    query = _QUERIES[(item.result is not None, item.ack is not None)]
+    return Statement(query, {}, _written, returns_row=True, merge=CHANGES, item=item, lazy=params)
 
 
 def _result_params(change: Change, result: StagedResult) -> dict[str, Any]:
@@ -147,14 +170,51 @@ def many_in_one_statement(changes: Sequence[Change]) -> bool:
 def apply_many_statement(changes: Sequence[Change]) -> Statement[list[bool]]:
     """``apply`` for each change, as one statement (jobs.sql's many_changes): per change,
     whether its job still had its expected revision and it was written."""
+    params = _many_params([_Item(change, None, None) for change in changes])
+    ids = params["ids"]
+
+    def written(_rowcount: int, row: tuple[Any, ...] | None) -> list[bool]:
+        done = set(row[0] or ()) if row is not None else set()
+        return [job_id in done for job_id in ids]
+
+    return Statement(_MANY_CHANGES, params, written, returns_row=True)
+
+
+class _Changes:
+    """Merges the change statements of one group-commit batch into one many_changes."""
+
+    def identity(self, item: _Item) -> str:
+        # Two changes of one job: the second is conditional on the first's revision.
+        return item.change.job_id
+
+    def combine(self, items: Sequence[_Item]) -> Statement[list[Answer]]:
+        params = _many_params(items)
+        ids = params["ids"]
+
+        def answers(_rowcount: int, row: tuple[Any, ...] | None) -> list[Answer]:
+            done = set(row[0] or ()) if row is not None else set()
+            # As each one's own statement would have answered: its written count.
+            return [(1, (1,)) if job_id in done else (0, (0,)) for job_id in ids]
+
+        return Statement(_MANY_CHANGES, params, answers, returns_row=True)
+
+
+CHANGES = _Changes()
+
+
+def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
+    """many_changes' parameters: each part of every change as JSON rows keyed by job."""
     jobs: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     closed: list[dict[str, Any]] = []
     opened: list[dict[str, Any]] = []
     queued: list[dict[str, Any]] = []
     usage: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    acks: list[dict[str, Any]] = []
     stops: list[str] = []
-    for change in changes:
+    for item in items:
+        change = item.change
         job_id = change.job_id
         row = job_update_params(change.after)
         row["expected_revision"] = change.expected_revision
@@ -193,24 +253,27 @@ def apply_many_statement(changes: Sequence[Change]) -> Statement[list[bool]]:
             usage.append({"job_id": job_id, "unfinished": change.backlog_delta})
         if change.stops_running_attempt:
             stops.append(job_id)
-    params = {
+        if item.result is not None and change.after.result_ref == item.result.ref:
+            # Hex in the JSON text (bytes have no JSON form); decoded by the statement.
+            results.append(
+                {"job_id": job_id, "key": item.result.key, "data": item.result.data.hex()}
+            )
+        if item.ack is not None:
+            acks.append({"job_id": job_id, "id": item.ack[0], "token": item.ack[1]})
+    return {
         "jobs": json.dumps(jobs),
         "events": json.dumps(events),
         "closed": json.dumps(closed),
         "opened": json.dumps(opened),
         "messages": json.dumps(queued),
         "usage": json.dumps(usage),
+        "results": json.dumps(results),
+        "acks": json.dumps(acks),
         "stops": stops,
-        "ids": [change.job_id for change in changes],
+        "ids": [item.change.job_id for item in items],
         "closed_ids": [ended["attempt_id"] for ended in closed],
+        "ack_ids": [ack["id"] for ack in acks],
     }
-    ids = params["ids"]
-
-    def written(_rowcount: int, row: tuple[Any, ...] | None) -> list[bool]:
-        done = set(row[0] or ()) if row is not None else set()
-        return [job_id in done for job_id in ids]
-
-    return Statement(_MANY_CHANGES, params, written, returns_row=True)
 
 
 async def apply_many(conn: psycopg.AsyncConnection[Any], changes: Sequence[Change]) -> list[bool]:

@@ -329,7 +329,8 @@ SELECT
 FROM (SELECT count(*) AS n FROM written) AS w;
 
 -- name: many_changes
--- Several jobs' changes (AppliesMany: a worker's claims for one receive batch) in ONE
+-- Several jobs' changes (AppliesMany: a worker's claims for one receive batch; or the
+-- change statements of one group-commit batch, merged: grouping.py) in ONE
 -- statement, each written only if its own job still has the revision it expects
 -- (expected_revision in its row), whatever became of the others: one parse, one plan,
 -- one round trip for the batch instead of one change statement each. What goes with
@@ -337,11 +338,11 @@ FROM (SELECT count(*) AS n FROM written) AS w;
 -- changes are of one job (the caller sends those apart). Returns the ids written.
 -- Each JSON set is read once (MATERIALIZED), not once per row it is joined with.
 WITH input AS MATERIALIZED (
-    SELECT (j.value ->> 'expected_revision')::int AS expected_revision, r.*
+    SELECT (j.value ->> 'expected_revision')::int AS expected, r.*
     FROM json_array_elements(%(jobs)s::json) AS j
     CROSS JOIN LATERAL json_populate_record(NULL::jobs, j.value) AS r
 ), closing AS MATERIALIZED (
-    SELECT (j.value ->> 'replaces_abandoned')::boolean AS replaces_abandoned, r.*
+    SELECT (j.value ->> 'replaces_abandoned')::boolean AS takeover, r.*
     FROM json_array_elements(%(closed)s::json) AS j
     CROSS JOIN LATERAL json_populate_record(NULL::attempts, j.value) AS r
 ), written AS (
@@ -369,7 +370,7 @@ WITH input AS MATERIALIZED (
     -- The ids again as an array: a JSON set's row count is unknown to the planner, which
     -- would otherwise scan every job to join them; this finds them by the primary key.
     WHERE jobs.job_id = ANY(%(ids)s::text[])
-      AND jobs.job_id = i.job_id AND jobs.revision = i.expected_revision
+      AND jobs.job_id = i.job_id AND jobs.revision = i.expected
     RETURNING jobs.job_id, jobs.tenant_id
 ), new_events AS (
     INSERT INTO events (job_id, seq, at, kind, detail)
@@ -397,7 +398,7 @@ WITH input AS MATERIALIZED (
     -- As for the jobs: found by the attempt_id index, not by a scan of every attempt.
     WHERE attempts.attempt_id = ANY(%(closed_ids)s::text[])
       AND attempts.job_id = c.job_id AND attempts.attempt_id = c.attempt_id
-      AND (attempts.outcome IS NULL OR (c.replaces_abandoned AND attempts.outcome = 'abandoned'))
+      AND (attempts.outcome IS NULL OR (c.takeover AND attempts.outcome = 'abandoned'))
 ), opened_attempt AS (
     INSERT INTO attempts (
         job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
@@ -423,6 +424,20 @@ WITH input AS MATERIALIZED (
     ORDER BY written.tenant_id
     ON CONFLICT (tenant_id) DO UPDATE SET
         unfinished = tenant_usage.unfinished + excluded.unfinished
+), kept_result AS (
+    -- As change_result: the results the changes publish, with the jobs written.
+    INSERT INTO results (key, data)
+    SELECT k.key, decode(k.data, 'hex')
+    FROM written JOIN json_to_recordset(%(results)s::json) AS k(job_id text, key text, data text)
+        ON k.job_id = written.job_id
+    ON CONFLICT (key) DO UPDATE SET data = excluded.data
+), acked AS (
+    -- As change_ack: each message deleted with the terminal write of its job.
+    DELETE FROM messages
+    USING written JOIN json_to_recordset(%(acks)s::json) AS a(job_id text, id text, token text)
+        ON a.job_id = written.job_id
+    WHERE messages.id = ANY(%(ack_ids)s::text[])
+      AND messages.id = a.id AND messages.receipt_token = a.token
 )
 SELECT
     (SELECT array_agg(job_id) FROM written) AS written,
