@@ -2,7 +2,7 @@
 
 Where the results live in the job store's database (PostgreSQL with results in the
 database), the result is not put first: the publish's transaction writes it, so it is
-durable exactly when the job that references it is (I4), never without it, and under
+durable exactly when the job that references it is, never without it, and under
 its attempt-specific key (a late attempt never overwrites the published result).
 Engines without the capability put the result first, as before; they skip here.
 """

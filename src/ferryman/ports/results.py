@@ -63,7 +63,7 @@ class StagesResults(Protocol):
     """Optional, beside ResultStore: a store whose results live in the job store's own
     database. Instead of a ``put`` of its own (one commit, one more group-commit wait
     per job), the result can be written by the publish itself, in its transaction: it
-    is then durable no later than the job that references it (I4), and a publish that
+    is then durable no later than the job that references it, and a publish that
     is not written (the attempt lost the job) writes no result either."""
 
     def staged(self, key: str, data: bytes) -> StagedResult:
