@@ -38,8 +38,15 @@ async def _blocked_batch(db: PostgresDatabase, *writes: object) -> list[object]:
 
 
 async def test_a_batch_of_creates_commits_once_and_a_duplicate_fails_alone(
-    postgres_scratch, job_factory, clock
+    postgres_scratch, job_factory, clock, monkeypatch
 ):
+    from ferryman.adapters.postgres import jobops
+
+    combined: list[int] = []
+    combine = jobops.CREATES.combine
+    monkeypatch.setattr(
+        jobops.CREATES, "combine", lambda items: combined.append(len(items)) or combine(items)
+    )
     url = postgres_scratch()
     db = await PostgresDatabase.open(url, listen=False)
     try:
@@ -67,6 +74,7 @@ async def test_a_batch_of_creates_commits_once_and_a_duplicate_fails_alone(
         # The duplicate's statement wrote nothing and said so: no rerun was needed.
         assert db.group.reruns - reruns_before == 0
         assert db.group.batches - batches_before == 1
+        assert combined == [6]  # the six accepts went as one many_creates statement
         # Each fresh job once, with its event and its message; the duplicate wrote nothing.
         assert _count(url, "SELECT count(*) FROM jobs") == 6
         assert _count(url, "SELECT count(*) FROM messages") == 6

@@ -156,7 +156,8 @@ async def apply_with_result(
     return True
 
 
-_MANY_CHANGES = _statement("many_changes")
+_MANY_CHANGES = _statement("many_written_by_update", "many_consequences")
+_MANY_CREATES = _statement("many_written_by_insert", "many_consequences")
 
 
 def many_in_one_statement(changes: Sequence[Change]) -> bool:
@@ -181,7 +182,12 @@ def apply_many_statement(changes: Sequence[Change]) -> Statement[list[bool]]:
 
 
 class _Changes:
-    """Merges the change statements of one group-commit batch into one many_changes."""
+    """Merges the change statements of one group-commit batch into one many_changes
+    statement (with ``query``: the accepts of new jobs without a key, into one
+    many_creates)."""
+
+    def __init__(self, query: str) -> None:
+        self._query = query
 
     def identity(self, item: _Item) -> str:
         # Two changes of one job: the second is conditional on the first's revision.
@@ -196,10 +202,11 @@ class _Changes:
             # As each one's own statement would have answered: its written count.
             return [(1, (1,)) if job_id in done else (0, (0,)) for job_id in ids]
 
-        return Statement(_MANY_CHANGES, params, answers, returns_row=True)
+        return Statement(self._query, params, answers, returns_row=True)
 
 
-CHANGES = _Changes()
+CHANGES = _Changes(_MANY_CHANGES)
+CREATES = _Changes(_MANY_CREATES)
 
 
 def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
@@ -216,8 +223,11 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
     for item in items:
         change = item.change
         job_id = change.job_id
-        row = job_update_params(change.after)
-        row["expected_revision"] = change.expected_revision
+        if change.before is None:
+            row = job_params(change.after)
+        else:
+            row = job_update_params(change.after)
+            row["expected_revision"] = change.expected_revision
         jobs.append(row)
         events.extend(
             {
@@ -249,8 +259,9 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
                     "at": change.at,
                 }
             )
-        if change.backlog_delta:
-            usage.append({"job_id": job_id, "unfinished": change.backlog_delta})
+        stored = 1 if change.before is None else 0
+        if change.backlog_delta or stored:
+            usage.append({"job_id": job_id, "unfinished": change.backlog_delta, "stored": stored})
         if change.stops_running_attempt:
             stops.append(job_id)
         if item.result is not None and change.after.result_ref == item.result.ref:
@@ -290,8 +301,15 @@ def create_statement(change: Change) -> Statement[Accepted]:
             raise StateConflictError("a job with this id already exists")
         return Accepted(job=job, created=True)
 
-    params = _change_params(change, job_params(job), stored=1)
-    return Statement(_INSERT_CHANGE, params, accepted, returns_row=True)
+    return Statement(
+        _INSERT_CHANGE,
+        {},
+        accepted,
+        returns_row=True,
+        merge=CREATES,
+        item=_Item(change, None, None),
+        lazy=lambda: _change_params(change, job_params(job), stored=1),
+    )
 
 
 def keyed_create_statement(
