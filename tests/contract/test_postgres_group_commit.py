@@ -250,3 +250,16 @@ async def test_the_change_statements_of_a_batch_are_sent_as_one_and_each_answers
         assert db.group.reruns == 0
     finally:
         await db.close()
+
+
+def test_every_job_write_statement_fits_psycopg_parse_cache():
+    """Longer statements are parsed anew on every execution (psycopg caches its parse
+    only up to MAX_CACHED_STATEMENT_LENGTH characters): the set-based ones are close."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    from ferryman.adapters.postgres import jobops
+
+    statements = {name: value for name, value in vars(jobops).items() if name.isupper()}
+    written = {name: q for name, q in statements.items() if isinstance(q, str)}
+    assert {"_MANY_CHANGES", "_MANY_CREATES", "_UPDATE_RESULT_ACK_CHANGE"} <= set(written)
+    assert {n: len(q) for n, q in written.items() if len(q) > MAX_CACHED_STATEMENT_LENGTH} == {}
