@@ -146,6 +146,8 @@ class Tally:
 
     statements: int = 0
     lends: int = 0
+    # Group-commit batches (one commit each): what a job's writes wait for.
+    commits: int = 0
 
 
 TALLY: Tally | None = None
@@ -287,13 +289,16 @@ async def e2e_and_pickup(url: str, args: argparse.Namespace) -> dict[str, Any]:
             await submit(runtime, 0, args.warmup, batch=args.batch)
             await wait_succeeded(url, args.warmup)
             since = time.time()
+            group = runtime.queue._db.group  # type: ignore[attr-defined]
+            commits = group.batches
             if TALLY is not None:
                 TALLY.statements = TALLY.lends = 0
             busy, cpu = machine_busy_seconds(), time.process_time()
             await submit(runtime, args.warmup, args.jobs, batch=args.batch)
             await wait_succeeded(url, args.warmup + args.jobs)
             busy, cpu = machine_busy_seconds() - busy, time.process_time() - cpu
-            tally = None if TALLY is None else Tally(TALLY.statements, TALLY.lends)
+            commits = group.batches - commits
+            tally = None if TALLY is None else Tally(TALLY.statements, TALLY.lends, commits)
             times = await job_times(url, since)
             pickup = await pickup_run(url, runtime, args)
         finally:
@@ -306,6 +311,7 @@ async def e2e_and_pickup(url: str, args: argparse.Namespace) -> dict[str, Any]:
         counts = {
             "statements_per_job": tally.statements / args.jobs,
             "lends_per_job": tally.lends / args.jobs,
+            "group_commits_per_job": tally.commits / args.jobs,
         }
     return {
         **counts,

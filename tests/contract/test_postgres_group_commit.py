@@ -38,8 +38,15 @@ async def _blocked_batch(db: PostgresDatabase, *writes: object) -> list[object]:
 
 
 async def test_a_batch_of_creates_commits_once_and_a_duplicate_fails_alone(
-    postgres_scratch, job_factory, clock
+    postgres_scratch, job_factory, clock, monkeypatch
 ):
+    from ferryman.adapters.postgres import jobops
+
+    combined: list[int] = []
+    combine = jobops.CREATES.combine
+    monkeypatch.setattr(
+        jobops.CREATES, "combine", lambda items: combined.append(len(items)) or combine(items)
+    )
     url = postgres_scratch()
     db = await PostgresDatabase.open(url, listen=False)
     try:
@@ -67,6 +74,7 @@ async def test_a_batch_of_creates_commits_once_and_a_duplicate_fails_alone(
         # The duplicate's statement wrote nothing and said so: no rerun was needed.
         assert db.group.reruns - reruns_before == 0
         assert db.group.batches - batches_before == 1
+        assert combined == [6]  # the six accepts went as one many_creates statement
         # Each fresh job once, with its event and its message; the duplicate wrote nothing.
         assert _count(url, "SELECT count(*) FROM jobs") == 6
         assert _count(url, "SELECT count(*) FROM messages") == 6
@@ -143,3 +151,115 @@ async def test_a_keyed_accept_is_one_statement_and_replays_mismatches_and_duplic
         assert _count(url, "SELECT stored FROM tenant_usage") == 1
     finally:
         await db.close()
+
+
+async def test_the_change_statements_of_a_batch_are_sent_as_one_and_each_answers_alone(
+    postgres_scratch, job_factory, clock, monkeypatch
+):
+    """grouping.py's Merger: a batch's change statements go as one many_changes, which
+    still writes each (with its result and its ack) only if its own revision held, and
+    answers each caller as its own statement would have. A second change of one job
+    in the same batch is sent on its own (it is conditional on the first)."""
+    from ferryman.adapters.postgres import PostgresJobQueue, PostgresResultStore, jobops
+    from ferryman.core.job import AttemptOutcome, AttemptReport, EventKind, JobStatus
+    from ferryman.core.results import result_key
+
+    combined: list[int] = []
+    combine = jobops.CHANGES.combine
+
+    def counting(items):
+        combined.append(len(items))
+        return combine(items)
+
+    monkeypatch.setattr(jobops.CHANGES, "combine", counting)
+    url = postgres_scratch()
+    db = await PostgresDatabase.open(url, listen=False)
+    try:
+        store = PostgresJobStore(db, clock=clock)
+        queue = PostgresJobQueue(db, clock=clock)
+        accepts = [
+            changes.accept(job_factory(), now=clock.now(), dispatched=True) for _ in range(5)
+        ]
+        for accept in accepts:
+            await store.create(accept, idempotency_expires_at=None)
+        jobs = [accept.after for accept in accepts]
+        receipts = {
+            d.message.job_id: d.receipt
+            for d in await queue.receive(max_messages=10, visibility_timeout_seconds=60)
+        }
+        claimed = []
+        for n, job in enumerate(jobs[:4]):
+            claim = changes.claim(
+                job,
+                attempt_id=f"att_{n}",
+                worker_id="w1",
+                now=clock.now(),
+                lease_until=clock.now() + 60,
+                max_deliveries_without_outcome=10,
+            )
+            assert await store.apply(claim)
+            claimed.append(claim.after)
+        a, b, c, d = claimed
+        moved = changes.note(c, EventKind.DUPLICATE_DELIVERY, now=clock.now(), detail={})
+        assert await store.apply(moved)
+        done = AttemptReport(outcome=AttemptOutcome.SUCCEEDED)
+        staged = PostgresResultStore(db).staged(
+            result_key(a.tenant_id, a.job_id, a.attempt_id), b'\x00\xff{"text":"hi"}'
+        )
+
+        def succeed(job, ref):
+            return changes.succeed(
+                job, attempt_id=job.attempt_id, now=clock.now(), result_ref=ref, report=done
+            )
+
+        first = asyncio.create_task(db.group.run(Statement("SELECT 1", {}, _rows)))
+        await asyncio.sleep(0)
+        results = await asyncio.gather(
+            store.apply_with_result(
+                succeed(a, staged.ref), result=staged, receipt=receipts[a.job_id]
+            ),
+            store.apply_and_ack(succeed(b, "r"), receipt=receipts[b.job_id]),
+            store.apply(changes.note(c, EventKind.DUPLICATE_DELIVERY, now=1, detail={})),
+            store.apply(changes.note(d, EventKind.DUPLICATE_DELIVERY, now=1, detail={})),
+            store.apply(changes.note(d, EventKind.DUPLICATE_DELIVERY, now=2, detail={})),
+            store.apply(
+                changes.claim(
+                    jobs[4],
+                    attempt_id="att_4",
+                    worker_id="w1",
+                    now=clock.now(),
+                    lease_until=clock.now() + 60,
+                    max_deliveries_without_outcome=10,
+                )
+            ),
+        )
+        await first
+
+        assert combined == [5]  # the second change of d went on its own
+        assert results[:3] == [True, True, False]
+        assert sorted(results[3:5]) == [False, True]
+        assert results[5] is True
+        assert (await store.get(a.job_id)).result_ref == staged.ref
+        assert await PostgresResultStore(db).get(staged.ref, key=staged.key) == staged.data
+        assert (await store.get(b.job_id)).status is JobStatus.SUCCEEDED
+        assert (await store.get(jobs[4].job_id)).attempt_id == "att_4"
+        assert _count(url, "SELECT count(*) FROM results") == 1
+        # The acked messages of a and b are gone; c's, d's and the fifth job's remain.
+        assert _count(url, "SELECT count(*) FROM messages") == 3
+        assert _count(url, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'") == 2
+        assert db.group.reruns == 0
+    finally:
+        await db.close()
+
+
+def test_every_job_write_statement_fits_psycopg_parse_cache():
+    """Longer statements are parsed anew on every execution (psycopg caches its parse
+    only up to MAX_CACHED_STATEMENT_LENGTH characters): the set-based ones are close."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    from ferryman.adapters.postgres import jobops
+
+    statements = {name: value for name, value in vars(jobops).items() if name.isupper()}
+    written = {name: q for name, q in statements.items() if isinstance(q, str)}
+    assert {"_MANY_CHANGES", "_MANY_CREATES", "_UPDATE_RESULT_ACK_CHANGE"} <= set(written)
+    assert {n: len(q) for n, q in written.items() if len(q) > MAX_CACHED_STATEMENT_LENGTH} == {}

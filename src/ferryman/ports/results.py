@@ -8,7 +8,8 @@ checksum). Nothing is ever served unverified.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection
@@ -40,4 +41,32 @@ class ResultStore(Protocol):
         purged them); return the bytes reclaimed. ``any_job_exists(job_ids)`` is True
         when at least one of them still has a job. A result whose owner cannot be
         told from its key is kept."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StagedResult:
+    """A result not written yet, as the transaction that publishes it may write it.
+
+    ``ref`` is what ``put`` would have returned for these bytes; ``home`` names the
+    database the result store keeps its results in, so that only a job store of that
+    same database takes it (ports/store.py's PublishesWithResult)."""
+
+    key: str
+    data: bytes
+    ref: str
+    home: object = field(repr=False, compare=False)
+
+
+@runtime_checkable
+class StagesResults(Protocol):
+    """Optional, beside ResultStore: a store whose results live in the job store's own
+    database. Instead of a ``put`` of its own (one commit, one more group-commit wait
+    per job), the result can be written by the publish itself, in its transaction: it
+    is then durable no later than the job that references it, and a publish that
+    is not written (the attempt lost the job) writes no result either."""
+
+    def staged(self, key: str, data: bytes) -> StagedResult:
+        """The result as the publish would write it; nothing is written here. ValueError
+        for a key no store may use, as ``put``."""
         ...

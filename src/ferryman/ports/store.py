@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.ports.results import StagedResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,4 +226,28 @@ class AppliesMany(Protocol):
         """``apply`` for each change, in order, in one transaction: each is written only
         if its own job still has its ``expected_revision``, whatever became of the
         others. Per change, whether it was written."""
+        ...
+
+
+@runtime_checkable
+class PublishesWithResult(Protocol):
+    """Optional, beside JobStore: an engine that can write a staged result (ports/
+    results.py's StagesResults) in the transaction of the change that publishes it.
+
+    One commit (one group-commit wait) per job fewer than ``ResultStore.put`` followed
+    by the publish, with the same guarantees: the result is durable no later than the
+    job that references it, and under its attempt-specific key, so a late attempt
+    never overwrites the published result. Without it (or for a result it does not
+    take) the result is put first, which is what services/delivery.py falls back to."""
+
+    def takes_result(self, result: StagedResult) -> bool:
+        """Whether this store can write the result (it belongs in this database)."""
+        ...
+
+    async def apply_with_result(
+        self, change: Change, *, result: StagedResult, receipt: str | None
+    ) -> bool:
+        """``apply(change)`` (or ``apply_and_ack`` with a receipt); only if the change
+        was written and references ``result.ref``, also the result, in the same
+        transaction. False, with nothing written, when the revision moved."""
         ...

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ferryman.failpoints import Failpoints
     from ferryman.ports.control import ControlStore
     from ferryman.ports.queue import Delivery, JobQueue
+    from ferryman.ports.results import StagedResult
     from ferryman.services.attempt import AttemptRunner, CallResult
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
@@ -221,16 +222,23 @@ class DeliveryHandler:
         None when the job was lost (or given back) before the write went through."""
         if result.output is None or result.error is not None or attempt.interrupted:
             return None
-        job = attempt.job
-        data = _result_json(result.output)
-        # Attempt-specific, so a late attempt can never overwrite the published result.
-        key = result_key(job.tenant_id, job.job_id, attempt.attempt_id)
+        key, data = _result_record(attempt, result)
+        staged = self._staged(key, data)
+        if staged is not None:
+            # Written by the publish itself, in its transaction (_publish): one wait fewer.
+            return staged.ref
         try:
             ref = await self._results.put(key, data, keep_trying=lambda: attempt.holds_lease)
         except ResultsUnavailableError:
             return None
         self._failpoints.hit("after_result_put")
         return ref
+
+    def _staged(self, key: str, data: bytes) -> StagedResult | None:
+        """The result as the publish can write it in its own transaction (results kept
+        in the job store's database), or None: it is put first."""
+        staged = self._results.staged(key, data)
+        return staged if staged is not None and self._store.takes_result(staged) else None
 
     async def _not_claimed(self, delivery: Delivery, job: Job) -> Verdict:
         """Another attempt owns the job (or it just finished): never invoke twice."""
@@ -265,8 +273,11 @@ class DeliveryHandler:
     async def _publish(self, attempt: RunningAttempt, result: CallResult, ref: str) -> Verdict:
         """SUCCEEDED, or CANCELLED if a cancel was requested meanwhile (it wins)."""
         report = self._report(result, AttemptOutcome.SUCCEEDED)
-        after = await self._persistently(
-            lambda: self._store.succeed(
+        # What _store_result left for this write to keep (the same bytes, the same ref).
+        staged = self._staged(*_result_record(attempt, result)) if self._results.stages else None
+
+        def publish(kept: StagedResult | None) -> Awaitable[Job | None]:
+            return self._store.succeed(
                 attempt.job.job_id,
                 attempt_id=attempt.attempt_id,
                 now=self._clock.now(),
@@ -274,8 +285,27 @@ class DeliveryHandler:
                 report=report,
                 known=attempt.job,
                 ack=self._ack_with_outcome(attempt),
+                result=kept,
             )
-        )
+
+        try:
+            after = await self._persistently(lambda: publish(staged))
+        except (StoreUnavailableError, OSError):
+            if staged is None:
+                raise
+            # The store stayed away longer than a publish waits: keep the paid-for
+            # output as before, put on its own while the lease lasts, then publish.
+            try:
+                await self._results.put(
+                    staged.key,
+                    staged.data,
+                    keep_trying=lambda: (
+                        attempt.holds_lease and self._clock.now() < (attempt.job.lease_until or 0)
+                    ),
+                )
+            except ResultsUnavailableError:
+                return await self._lease_lost(attempt, result)
+            after = await self._persistently(lambda: publish(None))
         if after is None:
             # Not ours any more: this result stays unreferenced (the key is ours alone).
             return await self._lease_lost(attempt, result)
@@ -572,3 +602,12 @@ def _log_fields(job: Job, fence: int) -> dict[str, Any]:
         "correlation_id": job.correlation_id,
         "attempt": fence,
     }
+
+
+def _result_record(attempt: RunningAttempt, result: CallResult) -> tuple[str, bytes]:
+    """The key and bytes an attempt's output is kept under. Attempt-specific, so a late
+    attempt can never overwrite the published result."""
+    job = attempt.job
+    if result.output is None:
+        raise ValueError("an attempt without an output has no result to keep")
+    return result_key(job.tenant_id, job.job_id, attempt.attempt_id), _result_json(result.output)

@@ -23,7 +23,7 @@ from ferryman.core.errors import (
     StaleFenceError,
     StateConflictError,
 )
-from ferryman.ports.store import AcksWithOutcome, AppliesMany
+from ferryman.ports.store import AcksWithOutcome, AppliesMany, PublishesWithResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         JobError,
         JobStatus,
     )
+    from ferryman.ports.results import StagedResult
     from ferryman.ports.store import (
         Accepted,
         CreateOutcome,
@@ -85,6 +86,10 @@ class JobLedger:
         )
         # Where the engine can, several jobs' changes are written in one transaction.
         self._applies_many: AppliesMany | None = store if isinstance(store, AppliesMany) else None
+        # Where the engine can, a publish writes its result in its own transaction.
+        self._with_results: PublishesWithResult | None = (
+            store if isinstance(store, PublishesWithResult) else None
+        )
 
     @property
     def store(self) -> JobStore:
@@ -101,6 +106,11 @@ class JobLedger:
         False the ``ack`` is ignored and the caller deletes the message itself."""
         return self._acking is not None
 
+    def takes_result(self, result: StagedResult) -> bool:
+        """Whether ``succeed`` can write this staged result with the publish (ports/
+        store.py's PublishesWithResult); when False it must be put first."""
+        return self._with_results is not None and self._with_results.takes_result(result)
+
     # --- the one write loop -----------------------------------------------------
 
     async def _mutate(
@@ -110,6 +120,7 @@ class JobLedger:
         *,
         known: Job | None = None,
         ack: str | None = None,
+        result: StagedResult | None = None,
     ) -> tuple[Job, Change | None]:
         """Apply ``rule`` to the current job until its change lands (or it wants none).
 
@@ -127,12 +138,22 @@ class JobLedger:
             change = rule(job)
             if change is None:
                 return job, None
-            if await self._apply(change, ack):
+            if await self._apply(change, ack, result):
                 return change.after, change
             job = None  # it moved under us: read it again
         raise StateConflictError(f"job {job_id} kept changing; gave up after {MAX_CONFLICTS}")
 
-    async def _apply(self, change: Change, ack: str | None) -> bool:
+    async def _apply(
+        self, change: Change, ack: str | None, result: StagedResult | None = None
+    ) -> bool:
+        if result is not None:
+            if self._with_results is None:  # never publish a ref to bytes nobody wrote
+                raise ValueError("this engine cannot write a result with the publish")
+            acks = ack is not None and self._acking is not None and change.after.status.terminal
+            receipt = ack if acks else None
+            return await self._with_results.apply_with_result(
+                change, result=result, receipt=receipt
+            )
         if ack is not None and self._acking is not None and change.after.status.terminal:
             return await self._acking.apply_and_ack(change, receipt=ack)
         return await self._store.apply(change)
@@ -144,10 +165,11 @@ class JobLedger:
         *,
         known: Job | None,
         ack: str | None = None,
+        result: StagedResult | None = None,
     ) -> Job | None:
         """An owning attempt's write: the job after it, or None if the attempt lost it."""
         try:
-            job, _ = await self._mutate(job_id, rule, known=known, ack=ack)
+            job, _ = await self._mutate(job_id, rule, known=known, ack=ack, result=result)
         except (StaleFenceError, JobNotFoundError):
             return None
         return job
@@ -286,9 +308,12 @@ class JobLedger:
         report: AttemptReport,
         known: Job | None = None,
         ack: str | None = None,
+        result: StagedResult | None = None,
     ) -> Job | None:
         """Publish (or, when a cancel was requested meanwhile, end CANCELLED). None: the
-        attempt no longer owns the job and nothing was written."""
+        attempt no longer owns the job and nothing was written. ``result``: the staged
+        result ``result_ref`` names, written by the same transaction (only where
+        ``takes_result`` said so)."""
         return await self._owner_write(
             job_id,
             lambda job: changes.succeed(
@@ -296,6 +321,7 @@ class JobLedger:
             ),
             known=known,
             ack=ack,
+            result=result,
         )
 
     async def schedule_retry(

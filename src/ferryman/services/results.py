@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ferryman.core.errors import ResultsUnavailableError, StoreUnavailableError
+from ferryman.ports.results import StagesResults
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from ferryman.ports.results import ResultStore
+    from ferryman.ports.results import ResultStore, StagedResult
 
 log = structlog.get_logger("ferryman.results")
 
@@ -51,6 +52,7 @@ class ResultWriter:
         if probe_interval_seconds <= 0:
             raise ValueError("probe_interval_seconds must be positive")
         self._store = store
+        self._stages = store if isinstance(store, StagesResults) else None
         self._initial_backoff_seconds = initial_backoff_seconds
         self._max_backoff_seconds = max_backoff_seconds
         self._probe_interval_seconds = probe_interval_seconds
@@ -78,6 +80,16 @@ class ResultWriter:
                 continue
             self._succeeded()
             return ref
+
+    @property
+    def stages(self) -> bool:
+        """Whether a publish may write this store's results itself (``staged``)."""
+        return self._stages is not None
+
+    def staged(self, key: str, data: bytes) -> StagedResult | None:
+        """The result as a publish may write it itself (ports/results.py's
+        StagesResults), or None: this store's results must be put first."""
+        return None if self._stages is None else self._stages.staged(key, data)
 
     async def probe(self) -> bool:
         """Check the store now; True when a write would succeed (and it is healthy again)."""

@@ -29,6 +29,14 @@ batch with other operations, the statements are sent in one pipeline after those
 inside the batch's transaction (the order of writes within a batch is free: their
 callers were all waiting at once).
 
+Statements of one kind may be merged: those with the same ``merge`` (a Merger) in one
+batch go to the server as ONE statement that ``Merger.combine`` makes of their items,
+which answers for each of them as its own statement would have (the rows it changed
+and its first row), so each caller's ``outcome`` reads what it always read. A
+Merger's ``identity`` keeps apart items that must not share a statement (two changes
+of one job): a repeated identity is sent on its own. If the merged statement is
+refused, the batch runs again apart as above, each operation in its own form.
+
 A batch of one runs without a savepoint (its transaction is its own). ``lanes``
 batches may be in flight at once, each on its own pooled connection. A caller
 cancelled before its batch starts is left out of it; one cancelled later still has
@@ -40,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from psycopg import pq
 
@@ -48,7 +56,7 @@ from ferryman.adapters.postgres.errors import translate_errors
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     import psycopg
@@ -63,6 +71,8 @@ _ROLLBACK = "ROLLBACK"
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+# What a statement's outcome reads: the rows it changed and its first row.
+Answer = tuple[int, "tuple[Any, ...] | None"]
 # Each savepoint that writes takes a subtransaction id; past 64 in one transaction the
 # server's per-backend cache overflows and every session's snapshots get slower.
 GROUP_MAX_BATCH = 64
@@ -81,15 +91,82 @@ class Statement(Generic[T_co]):
     returns_row: bool = False
     # What runs instead when a batch runs apart (after a refused statement), if given.
     general: Callable[[Connection], Awaitable[T_co]] | None = None
+    # Statements of one Merger in a batch are sent as one (module docstring), each
+    # standing for its ``item``.
+    merge: Merger | None = None
+    item: Any = None
+    # Makes ``params`` when the statement is sent as itself (not merged), if given:
+    # work a merged statement would not use is not done.
+    lazy: Callable[[], Mapping[str, Any]] | None = None
+
+    def arguments(self) -> Mapping[str, Any]:
+        return self.params if self.lazy is None else self.lazy()
 
     async def __call__(self, conn: Connection) -> T_co:
         cursor = conn.cursor()
-        await cursor.execute(self.query, self.params)
+        await cursor.execute(self.query, self.arguments())
         return await self._read(cursor)
 
     async def _read(self, cursor: psycopg.AsyncCursor[Any]) -> T_co:
         row = await cursor.fetchone() if self.returns_row else None
         return self.outcome(cursor.rowcount, row)
+
+
+class Merger(Protocol):
+    def identity(self, item: Any) -> Hashable:
+        """Items with the same identity never share a merged statement."""
+        ...
+
+    def combine(self, items: Sequence[Any]) -> Statement[list[Answer]]:
+        """One statement for these items (two or more), answering for each in order."""
+        ...
+
+
+def _merged(statements: Sequence[Statement[Any]]) -> list[tuple[Statement[Any], list[int]]]:
+    """What to send for these statements: each with the indexes it answers for (one
+    index: the statement itself; several: their merged statement)."""
+    groups: dict[int, tuple[Merger, list[int]]] = {}
+    seen: dict[int, set[Hashable]] = {}
+    sent: list[tuple[Statement[Any], list[int]]] = []
+    for i, statement in enumerate(statements):
+        merger = statement.merge
+        if merger is not None:
+            identity = merger.identity(statement.item)
+            taken = seen.setdefault(id(merger), set())
+            if identity not in taken:
+                taken.add(identity)
+                groups.setdefault(id(merger), (merger, []))[1].append(i)
+                continue
+        sent.append((statement, [i]))
+    for merger, members in groups.values():
+        if len(members) == 1:
+            sent.append((statements[members[0]], members))
+        else:
+            sent.append((merger.combine([statements[i].item for i in members]), members))
+    return sent
+
+
+async def _answers(
+    statements: Sequence[Statement[Any]],
+    sent: Statement[Any],
+    members: list[int],
+    cursor: psycopg.AsyncCursor[Any],
+) -> list[tuple[int, Any, Exception | None]]:
+    """Each member's value, or the error its outcome raised (it changed nothing: its
+    caller's alone), from what the sent statement returned."""
+    if len(members) == 1:
+        try:
+            return [(members[0], await sent._read(cursor), None)]
+        except Exception as exc:  # noqa: BLE001 - handed to that statement's caller
+            return [(members[0], None, exc)]
+    answers: list[Answer] = await sent._read(cursor)
+    values: list[tuple[int, Any, Exception | None]] = []
+    for i, (rowcount, row) in zip(members, answers, strict=True):
+        try:
+            values.append((i, statements[i].outcome(rowcount, row), None))
+        except Exception as exc:  # noqa: BLE001 - handed to that statement's caller
+            values.append((i, None, exc))
+    return values
 
 
 @dataclass(slots=True)
@@ -226,14 +303,15 @@ class GroupCommit:
     ) -> list[tuple[Any, Exception | None]]:
         """BEGIN, every statement and COMMIT in one pipeline; then each one's value."""
         statements: list[Statement[Any]] = [item.operation for item in batch]  # type: ignore[misc]
+        sent = _merged(statements)
         async with connection() as conn:
             try:
                 with translate_errors():
                     async with conn.pipeline() as pipeline:
                         await conn.execute(_BEGIN)
-                        cursors = [conn.cursor() for _ in statements]
-                        for statement, cursor in zip(statements, cursors, strict=True):
-                            await cursor.execute(statement.query, statement.params)
+                        cursors = [conn.cursor() for _ in sent]
+                        for (statement, _), cursor in zip(sent, cursors, strict=True):
+                            await cursor.execute(statement.query, statement.arguments())
                         await conn.execute(_COMMIT)
                         await pipeline.sync()
             except StoreUnavailableError as exc:
@@ -245,12 +323,10 @@ class GroupCommit:
                     if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                         await conn.execute(_ROLLBACK)
                 raise _RunApartError from exc
-        outcomes: list[tuple[Any, Exception | None]] = []
-        for statement, cursor in zip(statements, cursors, strict=True):
-            try:
-                outcomes.append((await statement._read(cursor), None))
-            except Exception as exc:  # noqa: BLE001 - it changed nothing: its caller's alone
-                outcomes.append((None, exc))
+        outcomes: list[tuple[Any, Exception | None]] = [(None, None)] * len(statements)
+        for (statement, members), cursor in zip(sent, cursors, strict=True):
+            for i, value, error in await _answers(statements, statement, members, cursor):
+                outcomes[i] = (value, error)
         return outcomes
 
     async def _run_apart(self, batch: list[_Pending]) -> list[tuple[Any, Exception | None]]:
@@ -276,19 +352,26 @@ class GroupCommit:
 async def pipelined(
     conn: Connection, statements: list[tuple[int, Statement[Any]]]
 ) -> dict[int, Any]:
-    """Send every statement, then read every result after one sync (in the caller's
-    transaction); the values by the statements' keys."""
+    """Send every statement (those of one Merger as one), then read every result after
+    one sync (in the caller's transaction); the values by the statements' keys. The
+    first error an outcome raised is raised (the caller rolls back)."""
+    keys = [key for key, _ in statements]
+    plain = [statement for _, statement in statements]
+    sent = _merged(plain)
     async with conn.pipeline() as pipeline:
         cursors = []
-        for _, statement in statements:
+        for statement, _ in sent:
             cursor = conn.cursor()
-            await cursor.execute(statement.query, statement.params)
+            await cursor.execute(statement.query, statement.arguments())
             cursors.append(cursor)
         await pipeline.sync()
-        return {
-            i: await statement._read(cursor)
-            for (i, statement), cursor in zip(statements, cursors, strict=True)
-        }
+        values: dict[int, Any] = {}
+        for (statement, members), cursor in zip(sent, cursors, strict=True):
+            for i, value, error in await _answers(plain, statement, members, cursor):
+                if error is not None:
+                    raise error
+                values[keys[i]] = value
+        return values
 
 
 async def _in_savepoint(conn: Connection, operation: Operation) -> tuple[Any, Exception | None]:

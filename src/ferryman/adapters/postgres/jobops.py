@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.job_rows import (
@@ -26,9 +26,9 @@ from ferryman.adapters.job_rows import (
 )
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute, fetch_all, fetch_one
-from ferryman.adapters.postgres.grouping import Statement, pipelined
+from ferryman.adapters.postgres.grouping import Answer, Statement, pipelined
 from ferryman.adapters.postgres.rows import report_params
-from ferryman.adapters.postgres.sql import JOBS, QUEUE
+from ferryman.adapters.postgres.sql import JOBS, MISC, QUEUE
 from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, CreateOutcome
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Job
+    from ferryman.ports.results import StagedResult
 
 
 # One statement each (jobs.sql): the job row, then everything the change brings.
@@ -55,6 +56,12 @@ _UPDATE_CHANGE = _statement("written_by_update", "change_consequences", "change_
 _UPDATE_ACK_CHANGE = _statement(
     "written_by_update", "change_consequences", "change_ack", "change_outcome"
 )
+_UPDATE_RESULT_CHANGE = _statement(
+    "written_by_update", "change_consequences", "change_result", "change_outcome"
+)
+_UPDATE_RESULT_ACK_CHANGE = _statement(
+    "written_by_update", "change_consequences", "change_result", "change_ack", "change_outcome"
+)
 _INSERT_CHANGE = _statement("written_by_insert", "change_consequences", "change_outcome")
 _KEYED_INSERT_CHANGE = _statement(
     "written_by_keyed_insert", "change_consequences", "keyed_change_outcome"
@@ -69,19 +76,220 @@ def one_statement(change: Change) -> bool:
 
 def apply_statement(change: Change) -> Statement[bool]:
     """``apply`` as one statement: True if the job's revision was the expected one."""
-    params = _change_params(change, job_update_params(change.after), stored=0)
-    params["expected_revision"] = change.expected_revision
-    return Statement(_UPDATE_CHANGE, params, _written, returns_row=True)
+    return _change_statement(_Item(change, None, None))
 
 
 def apply_and_ack_statement(change: Change, *, message_id: str, token: str) -> Statement[bool]:
     """``apply_statement`` that also deletes the delivery's message (its id and receipt
     token) in the same statement, only if the change was written."""
-    params = _change_params(change, job_update_params(change.after), stored=0)
-    params["expected_revision"] = change.expected_revision
-    params["ack_id"] = message_id
-    params["ack_token"] = token
-    return Statement(_UPDATE_ACK_CHANGE, params, _written, returns_row=True)
+    return _change_statement(_Item(change, None, (message_id, token)))
+
+
+def apply_with_result_statement(
+    change: Change, *, result: StagedResult, ack: tuple[str, str] | None
+) -> Statement[bool]:
+    """``apply_statement`` (with ``ack``, a message id and receipt token: as
+    ``apply_and_ack_statement``) that also writes the result it publishes, only if the
+    change was written and references it."""
+    return _change_statement(_Item(change, result, ack))
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One change to write, with the result it publishes and the message it acks."""
+
+    change: Change
+    result: StagedResult | None
+    ack: tuple[str, str] | None
+
+
+_QUERIES = {
+    (False, False): _UPDATE_CHANGE,
+    (False, True): _UPDATE_ACK_CHANGE,
+    (True, False): _UPDATE_RESULT_CHANGE,
+    (True, True): _UPDATE_RESULT_ACK_CHANGE,
+}
+
+
+def _change_statement(item: _Item) -> Statement[bool]:
+    """The change as its own statement, or, with the other changes of its group-commit
+    batch, part of one many_changes statement (grouping.py's Merger)."""
+
+    def params() -> dict[str, Any]:
+        change = item.change
+        values = _change_params(change, job_update_params(change.after), stored=0)
+        values["expected_revision"] = change.expected_revision
+        if item.result is not None:
+            values.update(_result_params(change, item.result))
+        if item.ack is not None:
+            values["ack_id"], values["ack_token"] = item.ack
+        return values
+
+    query = _QUERIES[(item.result is not None, item.ack is not None)]
+    return Statement(query, {}, _written, returns_row=True, merge=CHANGES, item=item, lazy=params)
+
+
+def _result_params(change: Change, result: StagedResult) -> dict[str, Any]:
+    """The result's row, or NULLs when the change does not publish it (a cancel that
+    won over the publish): nothing would ever reference it."""
+    if change.after.result_ref != result.ref:
+        return {"r_key": None, "r_data": None}
+    return {"r_key": result.key, "r_data": result.data}
+
+
+async def apply_with_result(
+    conn: psycopg.AsyncConnection[Any],
+    change: Change,
+    *,
+    result: StagedResult,
+    ack: tuple[str, str] | None,
+) -> bool:
+    """``apply_with_result_statement`` for a change that does not fit one statement: the
+    change, the result and the ack, in the caller's transaction."""
+    if not await apply(conn, change):
+        return False
+    row = _result_params(change, result)
+    if row["r_key"] is not None:
+        await execute(conn, MISC["put_result"], {"key": row["r_key"], "data": row["r_data"]})
+    if ack is not None:
+        await execute(conn, QUEUE["delete_message"], {"id": ack[0], "token": ack[1]})
+    return True
+
+
+_MANY_CHANGES = _statement("many_written_by_update", "many_consequences")
+_MANY_CREATES = _statement("many_written_by_insert", "many_consequences")
+
+
+def many_in_one_statement(changes: Sequence[Change]) -> bool:
+    """Whether these changes fit ``apply_many_statement``: each fits one statement, and
+    no two are of one job (in order, the second would be conditional on the first)."""
+    return all(one_statement(c) for c in changes) and len({c.job_id for c in changes}) == len(
+        changes
+    )
+
+
+def apply_many_statement(changes: Sequence[Change]) -> Statement[list[bool]]:
+    """``apply`` for each change, as one statement (jobs.sql's many_changes): per change,
+    whether its job still had its expected revision and it was written."""
+    params = _many_params([_Item(change, None, None) for change in changes])
+    ids = params["ids"]
+
+    def written(_rowcount: int, row: tuple[Any, ...] | None) -> list[bool]:
+        done = set(row[0] or ()) if row is not None else set()
+        return [job_id in done for job_id in ids]
+
+    return Statement(_MANY_CHANGES, params, written, returns_row=True)
+
+
+class _Changes:
+    """Merges the change statements of one group-commit batch into one many_changes
+    statement (with ``query``: the accepts of new jobs without a key, into one
+    many_creates)."""
+
+    def __init__(self, query: str) -> None:
+        self._query = query
+
+    def identity(self, item: _Item) -> str:
+        # Two changes of one job: the second is conditional on the first's revision.
+        return item.change.job_id
+
+    def combine(self, items: Sequence[_Item]) -> Statement[list[Answer]]:
+        params = _many_params(items)
+        ids = params["ids"]
+
+        def answers(_rowcount: int, row: tuple[Any, ...] | None) -> list[Answer]:
+            done = set(row[0] or ()) if row is not None else set()
+            # As each one's own statement would have answered: its written count.
+            return [(1, (1,)) if job_id in done else (0, (0,)) for job_id in ids]
+
+        return Statement(self._query, params, answers, returns_row=True)
+
+
+CHANGES = _Changes(_MANY_CHANGES)
+CREATES = _Changes(_MANY_CREATES)
+
+
+def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
+    """many_changes' parameters: each part of every change as JSON rows keyed by job."""
+    jobs: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    closed: list[dict[str, Any]] = []
+    opened: list[dict[str, Any]] = []
+    queued: list[dict[str, Any]] = []
+    usage: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    acks: list[dict[str, Any]] = []
+    stops: list[str] = []
+    for item in items:
+        change = item.change
+        job_id = change.job_id
+        if change.before is None:
+            row = job_params(change.after)
+        else:
+            row = job_update_params(change.after)
+            row["expected_revision"] = change.expected_revision
+        jobs.append(row)
+        events.extend(
+            {
+                "job_id": job_id,
+                "seq": event.seq,
+                "at": event.at,
+                "kind": str(event.kind),
+                "detail": dump_json(event.detail),
+            }
+            for event in change.events
+        )
+        for ending in change.closed:
+            ended = report_params(ending.report)
+            ended["job_id"] = job_id
+            ended["attempt_id"] = ending.attempt_id
+            ended["ended_at"] = ending.ended_at
+            ended["replaces_abandoned"] = ending.replaces_abandoned
+            closed.append(ended)
+        if change.opened is not None:
+            attempt = opened_attempt_params(change.opened)
+            attempt["job_id"] = job_id
+            opened.append(attempt)
+        if change.enqueue:
+            queued.append(
+                {
+                    "job_id": job_id,
+                    "id": messages.new_message_id(),
+                    "body": QueueMessage.for_job(change.after).to_body(),
+                    "at": change.at,
+                }
+            )
+        stored = 1 if change.before is None else 0
+        if change.backlog_delta or stored:
+            usage.append({"job_id": job_id, "unfinished": change.backlog_delta, "stored": stored})
+        if change.stops_running_attempt:
+            stops.append(job_id)
+        if item.result is not None and change.after.result_ref == item.result.ref:
+            # Hex in the JSON text (bytes have no JSON form); decoded by the statement.
+            results.append(
+                {"job_id": job_id, "key": item.result.key, "data": item.result.data.hex()}
+            )
+        if item.ack is not None:
+            acks.append({"job_id": job_id, "id": item.ack[0], "token": item.ack[1]})
+    return {
+        "jobs": json.dumps(jobs),
+        "events": json.dumps(events),
+        "closed": json.dumps(closed),
+        "opened": json.dumps(opened),
+        "messages": json.dumps(queued),
+        "usage": json.dumps(usage),
+        "results": json.dumps(results),
+        "acks": json.dumps(acks),
+        "stops": stops,
+        "ids": [item.change.job_id for item in items],
+        "closed_ids": [ended["attempt_id"] for ended in closed],
+        "ack_ids": [ack["id"] for ack in acks],
+    }
+
+
+async def apply_many(conn: psycopg.AsyncConnection[Any], changes: Sequence[Change]) -> list[bool]:
+    """``apply`` for each change, in order, in the caller's transaction."""
+    return [await apply(conn, change) for change in changes]
 
 
 def create_statement(change: Change) -> Statement[Accepted]:
@@ -93,8 +301,15 @@ def create_statement(change: Change) -> Statement[Accepted]:
             raise StateConflictError("a job with this id already exists")
         return Accepted(job=job, created=True)
 
-    params = _change_params(change, job_params(job), stored=1)
-    return Statement(_INSERT_CHANGE, params, accepted, returns_row=True)
+    return Statement(
+        _INSERT_CHANGE,
+        {},
+        accepted,
+        returns_row=True,
+        merge=CREATES,
+        item=_Item(change, None, None),
+        lazy=lambda: _change_params(change, job_params(job), stored=1),
+    )
 
 
 def keyed_create_statement(

@@ -307,6 +307,18 @@ WITH written AS (
     WHERE messages.id = %(ack_id)s::text AND messages.receipt_token = %(ack_token)s::text
 )
 
+-- name: change_result
+-- The result the change publishes (ports/store.py's PublishesWithResult), written by the
+-- publish's own statement and only if the job row was: durable with the job that
+-- references it, never without it. Its key is attempt-specific, so the upsert only ever
+-- rewrites this attempt's own bytes (as put_result would on a retried put).
+, kept_result AS (
+    INSERT INTO results (key, data)
+    SELECT %(r_key)s::text, %(r_data)s::bytea FROM written
+    WHERE %(r_key)s::text IS NOT NULL
+    ON CONFLICT (key) DO UPDATE SET data = excluded.data
+)
+
 -- name: change_outcome
 SELECT
     w.n AS written,
@@ -315,6 +327,152 @@ SELECT
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
         THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
 FROM (SELECT count(*) AS n FROM written) AS w;
+
+-- Several jobs' changes in ONE statement (AppliesMany: a worker's claims for one
+-- receive batch; or the change statements of one group-commit batch, merged:
+-- grouping.py): many_written_by_update (each job row only if its own job still has
+-- the revision it expects, expected_revision in its row, whatever became of the
+-- others) or many_written_by_insert (new jobs), then many_consequences: what goes with
+-- each job row, as in change_consequences, joined to the rows written (done). One parse, one
+-- plan, one round trip for the batch instead of one statement each. No two changes
+-- are of one job (the caller sends those apart). Returns the ids written. Each JSON set
+-- is read once (MATERIALIZED), not once per row it is joined with.
+
+-- name: many_written_by_update
+WITH input AS MATERIALIZED (
+    SELECT (j.value ->> 'expected_revision')::int AS expected, r.*
+    FROM json_array_elements(%(jobs)s::json) AS j
+    CROSS JOIN LATERAL json_populate_record(NULL::jobs, j.value) AS r
+), done AS (
+    UPDATE jobs SET
+        status = i.status,
+        dispatch_state = i.dispatch_state,
+        attempt_count = i.attempt_count,
+        failure_count = i.failure_count,
+        invalid_output_count = i.invalid_output_count,
+        fence = i.fence,
+        attempt_id = i.attempt_id,
+        worker_id = i.worker_id,
+        lease_until = i.lease_until,
+        not_before = i.not_before,
+        cancel_requested = i.cancel_requested,
+        result_ref = i.result_ref,
+        error = i.error,
+        updated_at = i.updated_at,
+        completed_at = i.completed_at,
+        revision = i.revision,
+        event_seq = i.event_seq,
+        deliveries_without_outcome = i.deliveries_without_outcome,
+        fallback_level = i.fallback_level
+    FROM input AS i
+    -- The ids again as an array: a JSON set's row count is unknown to the planner, which
+    -- would otherwise scan every job to join them; this finds them by the primary key.
+    WHERE jobs.job_id = ANY(%(ids)s::text[])
+      AND jobs.job_id = i.job_id AND jobs.revision = i.expected
+    RETURNING jobs.job_id, jobs.tenant_id
+)
+
+-- name: many_written_by_insert
+WITH done AS (
+    INSERT INTO jobs (
+        job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+        payload_version, status, dispatch_state, attempt_count, failure_count,
+        invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+        cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+        updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
+        fallback_level
+    )
+    SELECT
+        job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
+        payload_version, status, dispatch_state, attempt_count, failure_count,
+        invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
+        cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
+        updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
+        fallback_level
+    FROM json_populate_recordset(NULL::jobs, %(jobs)s::json)
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, tenant_id
+)
+
+-- name: many_consequences
+, closing AS MATERIALIZED (
+    SELECT (j.value ->> 'replaces_abandoned')::boolean AS takeover, r.*
+    FROM json_array_elements(%(closed)s::json) AS j
+    CROSS JOIN LATERAL json_populate_record(NULL::attempts, j.value) AS r
+), new_events AS (
+    INSERT INTO events (job_id, seq, at, kind, detail)
+    SELECT done.job_id, e.seq, e.at, e.kind, e.detail
+    FROM done JOIN json_populate_recordset(NULL::events, %(events)s::json) AS e
+        ON e.job_id = done.job_id
+), closed_attempt AS (
+    -- As close_attempt: an ended attempt keeps its first ending.
+    UPDATE attempts SET
+        ended_at = c.ended_at,
+        outcome = c.outcome,
+        failure_class = c.failure_class,
+        error_code = c.error_code,
+        latency_ms = c.latency_ms,
+        input_tokens = c.input_tokens,
+        output_tokens = c.output_tokens,
+        provider_request_id = c.provider_request_id,
+        model = COALESCE(c.model, attempts.model),
+        provider = c.provider,
+        provider_model = c.provider_model,
+        finish_reason = c.finish_reason,
+        cost_nano_usd = c.cost_nano_usd,
+        raw_output = c.raw_output
+    FROM done JOIN closing AS c ON c.job_id = done.job_id
+    -- As for the jobs: found by the attempt_id index, not by a scan of every attempt.
+    WHERE attempts.attempt_id = ANY(%(closed_ids)s::text[])
+      AND attempts.job_id = c.job_id AND attempts.attempt_id = c.attempt_id
+      AND (attempts.outcome IS NULL OR (c.takeover AND attempts.outcome = 'abandoned'))
+), opened_attempt AS (
+    INSERT INTO attempts (
+        job_id, attempt_no, attempt_id, worker_id, started_at, tenant_id, task, model
+    )
+    SELECT done.job_id, o.attempt_no, o.attempt_id, o.worker_id, o.started_at,
+        o.tenant_id, o.task, o.model
+    FROM done JOIN json_populate_recordset(NULL::attempts, %(opened)s::json) AS o
+        ON o.job_id = done.job_id
+), new_message AS (
+    INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count)
+    SELECT m.id, m.body, done.tenant_id, m.at, m.at, 0
+    FROM done JOIN json_to_recordset(%(messages)s::json)
+        AS m(job_id text, id text, body text, at float8) ON m.job_id = done.job_id
+    RETURNING 1
+), usage AS (
+    -- One row per tenant (an upsert may not touch one row twice), in tenant order.
+    INSERT INTO tenant_usage (tenant_id, unfinished, stored)
+    SELECT done.tenant_id, sum(u.unfinished)::int, sum(u.stored)::int
+    FROM done JOIN json_to_recordset(%(usage)s::json) AS u(job_id text, unfinished int,
+        stored int) ON u.job_id = done.job_id
+    GROUP BY done.tenant_id
+    ORDER BY done.tenant_id
+    ON CONFLICT (tenant_id) DO UPDATE SET
+        unfinished = tenant_usage.unfinished + excluded.unfinished,
+        stored = tenant_usage.stored + excluded.stored
+), kept_result AS (
+    -- As change_result: the results the changes publish, with the jobs done.
+    INSERT INTO results (key, data)
+    SELECT k.key, decode(k.data, 'hex')
+    FROM done JOIN json_to_recordset(%(results)s::json) AS k(job_id text, key text, data text)
+        ON k.job_id = done.job_id
+    ON CONFLICT (key) DO UPDATE SET data = excluded.data
+), acked AS (
+    -- As change_ack: each message deleted with the terminal write of its job.
+    DELETE FROM messages
+    USING done JOIN json_to_recordset(%(acks)s::json) AS a(job_id text, id text, token text)
+        ON a.job_id = done.job_id
+    WHERE messages.id = ANY(%(ack_ids)s::text[])
+      AND messages.id = a.id AND messages.receipt_token = a.token
+)
+SELECT
+    (SELECT array_agg(job_id) FROM done) AS done,
+    CASE WHEN EXISTS (SELECT 1 FROM new_message)
+        THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
+    CASE WHEN EXISTS (
+        SELECT 1 FROM done WHERE done.job_id = ANY(%(stops)s::text[])
+    ) THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks;
 
 -- name: written_by_keyed_insert
 -- An accept with an idempotency key, when the key is free: the key's entry, then the

@@ -19,6 +19,7 @@ from ferryman.core.errors import (
     StoreUnavailableError,
 )
 from ferryman.core.results import checksum, gone_jobs, job_id_of
+from ferryman.ports.results import StagedResult
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection
@@ -29,6 +30,10 @@ _REF = re.compile(r"^db:(.+?)(?:;sha256=([0-9a-f]{64}))?$", re.DOTALL)
 # Never a key the result rule makes (those start with a tenant id and a slash).
 _PROBE_KEY = ".probe"
 _RECLAIM_PAGE = 500
+
+
+def _ref(key: str, data: bytes) -> str:
+    return f"db:{key};sha256={checksum(data)}"
 
 
 def _rows(rowcount: int, _row: object) -> int:
@@ -50,7 +55,14 @@ class PostgresResultStore:
         # is the server's to set; on by default).
         params = {"key": key, "data": data}
         await self._db.group.run(Statement(MISC["put_result"], params, _rows))
-        return f"db:{key};sha256={checksum(data)}"
+        return _ref(key, data)
+
+    def staged(self, key: str, data: bytes) -> StagedResult:
+        """For the publish's own statement (PostgresJobStore.apply_with_result), which
+        writes the row as ``put`` would, only if the job it publishes was written."""
+        if not key:
+            raise ValueError("a result key cannot be empty")
+        return StagedResult(key=key, data=data, ref=_ref(key, data), home=self._db)
 
     async def get(self, ref: str, *, key: str) -> bytes:
         match = _REF.match(ref)
