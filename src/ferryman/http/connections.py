@@ -17,7 +17,10 @@ head: half a header line holds a socket, and its memory, forever. Its
   gets 503 ``too_many_connections`` with Retry-After and Connection: close, except
   ``/healthz``, so a busy process is not mistaken for a dead one;
 - ``keepalive_timeout_seconds`` with sub-second precision;
-- over llhttp, h11's 16 KiB bound on a request head (llhttp has none): a 400.
+- over llhttp, h11's 16 KiB bound on a request head (llhttp has none): a 400;
+- over llhttp, a response's head and the first write of its body leave in one send
+  (``HeadHoldingTransport``): uvicorn writes them apart, two system calls and two
+  TCP segments, and a client often wakes for the head only to wait again for the body.
 
 The body deadline is enforced in the app (http/body_limit.py), where a 408 can
 still be sent.
@@ -172,6 +175,14 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
         self._head_bytes = 0
         super().on_message_begin()
 
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        # The request's answer goes through a transport that holds its head for its
+        # body. Its task has not run yet: nothing was written through the plain one.
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = HeadHoldingTransport(self.transport, self.loop)
+
     def on_url(self, url: bytes) -> None:
         self._count_head(len(url))
         super().on_url(url)
@@ -187,6 +198,47 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
             # Raised inside a parser callback, it surfaces as httptools' parser error,
             # which uvicorn answers with a 400 and Connection: close.
             raise HeadTooLargeError()
+
+
+class HeadHoldingTransport:
+    """A response cycle's view of the connection: a write that ends a head (a blank
+    line) is held until the next write, which takes it along, so a head and its body
+    leave in one send. Whatever is still held when the loop comes round (a head with
+    no body write after it in the same step, a final chunk, a 100 Continue) is sent
+    then; a close sends it first."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            data = held + data
+        elif data.endswith(b"\r\n\r\n"):
+            self._held = data
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class HeadTooLargeError(Exception):
