@@ -230,3 +230,22 @@ async def test_an_extra_database_keeps_extra_for_durable_writes(tmp_path) -> Non
         assert await db.write(_pragma("synchronous")) == 3
     finally:
         await db.close()
+
+
+async def test_checkpoints_run_beside_the_writer_not_in_its_commits(db: SqliteDatabase) -> None:
+    # The writer's own automatic checkpoint is only a safety net...
+    assert await db.write(_pragma("wal_autocheckpoint")) == 10_000
+    checkpointer = db._checkpointer
+    assert checkpointer is not None
+    for i in range(20):
+        await db.write(_insert(f"k{i}"))
+    # ...the checkpointer thread copies the WAL into the file once the writer committed.
+    async with asyncio.timeout(5):
+        while checkpointer.last is None or checkpointer.last[1] < checkpointer.last[0]:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert checkpointer.last[0] > 0
+    # Idle writer, idle checkpointer: nothing new committed, no checkpoint run.
+    runs = checkpointer.checkpoints
+    await asyncio.sleep(0.2)
+    assert checkpointer.checkpoints == runs
+    assert await db.read(_keys) == {f"k{i}" for i in range(20)}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ferryman.adapters.batching import BatchingThread, ClosedError, Outcome
+from ferryman.adapters.sqlite.checkpoints import SAFETY_NET_PAGES, Checkpointer
 from ferryman.adapters.sqlite.migrations import migrate
 from ferryman.adapters.sqlite.peers import CANCELS, MESSAGES, PeerWakeups
 from ferryman.adapters.sqlite.peers import directory_for as peers_directory
@@ -56,6 +57,7 @@ class SqliteDatabase:
         *,
         max_batch: int,
         synchronous: str = "FULL",
+        checkpointer: sqlite3.Connection | None = None,
     ) -> None:
         self.path = path
         self._writer_conn = writer
@@ -75,6 +77,10 @@ class SqliteDatabase:
         # here and in the other processes, over the same socket.
         self.cancel_wakeup = Wakeup(None if peers is None else peers.channel(CANCELS))
         self._closed = False
+        # WAL checkpoints off the writer thread (adapters/sqlite/checkpoints.py).
+        self._checkpointer = (
+            None if checkpointer is None else Checkpointer(checkpointer, lambda: self.commit_count)
+        )
 
     @classmethod
     async def open(
@@ -97,10 +103,12 @@ class SqliteDatabase:
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
         target = Path(path)
         with translate_errors():
-            writer, reader = await asyncio.to_thread(
-                _connect_pair, target, mode, busy_timeout_seconds, create
+            writer, reader, checkpointer = await asyncio.to_thread(
+                _connect_all, target, mode, busy_timeout_seconds, create
             )
-        return cls(target, writer, reader, max_batch=max_batch, synchronous=mode)
+        return cls(
+            target, writer, reader, max_batch=max_batch, synchronous=mode, checkpointer=checkpointer
+        )
 
     @property
     def commit_count(self) -> int:
@@ -164,6 +172,8 @@ class SqliteDatabase:
         self.cancel_wakeup.close()
         await asyncio.to_thread(self._writer.close)
         await asyncio.to_thread(self._reads.close)
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.close)
         self._writer_conn.close()
         self._reader_conn.close()
 
@@ -177,20 +187,30 @@ def _read_one(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any])
         return Outcome(error=exc)
 
 
-def _connect_pair(
+def _connect_all(
     path: Path, synchronous: str, busy_timeout_seconds: float, create: bool
-) -> tuple[sqlite3.Connection, sqlite3.Connection]:
-    if str(path) != ":memory:":
+) -> tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection | None]:
+    """The writer (which migrates the schema first), the reader thread's connection and
+    the checkpointer's (a file only)."""
+    in_memory = str(path) == ":memory:"
+    if not in_memory:
         _prepare_file(path, create=create)
     writer = _connect(path, synchronous, busy_timeout_seconds)
+    opened = [writer]
     try:
         migrate(writer)
         reader = _connect(path, synchronous, busy_timeout_seconds)
+        opened.append(reader)
         reader.execute("PRAGMA query_only = ON")
+        checkpointer = None
+        if not in_memory:
+            writer.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_NET_PAGES}")
+            checkpointer = _connect(path, synchronous, busy_timeout_seconds)
     except BaseException:
-        writer.close()
+        for conn in opened:
+            conn.close()
         raise
-    return writer, reader
+    return writer, reader, checkpointer
 
 
 def _connect(path: Path, synchronous: str, busy_timeout_seconds: float) -> sqlite3.Connection:
