@@ -180,7 +180,7 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
         cycle = self.cycle
         # The request's answer goes through a transport that holds its head for its
         # body. Its task has not run yet: nothing was written through the plain one.
-        if cycle is not None and cycle.transport is self.transport:
+        if cycle is not None and getattr(cycle, "transport", None) is self.transport:
             cycle.transport = HeadHoldingTransport(self.transport, self.loop)
 
     def on_url(self, url: bytes) -> None:
