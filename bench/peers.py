@@ -7,12 +7,17 @@ rq                    RQ + Redis, ``enqueue`` loop (SimpleWorker pool)
 dbos                  DBOS on PostgreSQL, ``DBOSClient.enqueue`` loop
 procrastinate         Procrastinate on PostgreSQL, ``defer`` loop
 ferryman-sequential   ``ferryman serve`` (SQLite FULL), ``ferryman.Client`` one submit at a time
-ferryman-split        ``ferryman api`` + ``ferryman worker`` (FULL), the same sequential client
+ferryman-split        ``ferryman api`` + ``ferryman worker`` processes (FULL), the same
+                      sequential client
 ferryman-single       ``ferryman serve``, ``ferryman.AsyncClient`` with 32 submits in flight
 ferryman-batch        ``ferryman serve``, ``Client.submit_many`` in batches of up to 1,000
-ferryman-split-single ``ferryman api`` + ``ferryman worker``, 32 submits in flight (two processes:
-                      the two cores, where ``serve``'s one process has one)
-ferryman-split-batch  ``ferryman api`` + ``ferryman worker``, ``Client.submit_many``
+ferryman-split-single ``ferryman api`` + ``ferryman worker`` processes, 32 submits in flight
+ferryman-split-batch  ``ferryman api`` + ``ferryman worker`` processes, ``Client.submit_many``
+
+``serve`` is one process, so one core runs its intake and its worker. The split rows run
+one ``ferryman api`` and ``--split-workers`` ``ferryman worker`` processes, by default one
+per core: the deployment the docs recommend once one process is not enough, and what
+Celery's row runs too (a prefork pool of one worker process per core).
 
 Each run starts the system's own processes on a clean store, runs a warm-up round
 that is not counted, then times one producer from its first submit to the last job's
@@ -187,13 +192,21 @@ def _create_key(env: dict[str, str]) -> str:
     return made.stdout.strip().splitlines()[-1]
 
 
-def _services(key: str, env: dict[str, str], port: int, logs: Path) -> list[peers.Service]:
+def _services(
+    key: str, env: dict[str, str], port: int, logs: Path, *, workers: int = 1
+) -> list[peers.Service]:
     ready = f"http://127.0.0.1:{port}/readyz"
     if key.startswith("ferryman-split"):
         api = peers.Service(
             "ferryman-api", _ferryman("api", "--port", str(port)), env, logs, ready_url=ready
         )
-        return [api, peers.Service("ferryman-worker", _ferryman("worker"), env, logs)]
+        return [
+            api,
+            *(
+                peers.Service(f"ferryman-worker-{n}", _ferryman("worker"), env, logs)
+                for n in range(1, workers + 1)
+            ),
+        ]
     return [
         peers.Service(
             "ferryman-serve", _ferryman("serve", "--port", str(port)), env, logs, ready_url=ready
@@ -230,7 +243,7 @@ def run_ferryman(key: str, args: argparse.Namespace) -> RunFigures | None:
             argv += ["--url", env["FERRYMAN_URL"], "--concurrency", str(args.concurrency)]
             return [*argv, "--batch-size", str(args.batch_size)]
 
-        services = _services(key, env, port, args.log_dir or root)
+        services = _services(key, env, port, args.log_dir or root, workers=args.split_workers)
         figures = peers.measured_run(services, producer, env, jobs=args.jobs, warmup=args.warmup)
         if figures is not None:
             figures.extra.update(pickup_ms(root / "ferryman.db", figures.extra["first_submit"]))
@@ -371,6 +384,9 @@ def report(
         "single": _ratio(out["ferryman_single_jobs_per_s"], celery),
         "batch": _ratio(out["ferryman_batch_jobs_per_s"], celery),
         "sequential": _ratio(out["ferryman_sequential_jobs_per_s"], celery),
+        "split_single": _ratio(out["ferryman_split_single_jobs_per_s"], celery),
+        "split_batch": _ratio(out["ferryman_split_batch_jobs_per_s"], celery),
+        "split_sequential": _ratio(out["ferryman_split_sequential_jobs_per_s"], celery),
     }
     out["targets"] = {
         "single_to_celery": TARGET_SINGLE_TO_CELERY,
@@ -405,6 +421,18 @@ def targets_met(out: dict[str, Any]) -> dict[str, bool | None]:
         "cpu_s_per_1000_single": at_most(
             out["ferryman_cpu_s_per_1000_single"], targets["cpu_s_per_1000_single"]
         ),
+        # The same targets for `ferryman api` + a worker per core (the split rows).
+        "split_single_to_celery": at_least(ratios["split_single"], targets["single_to_celery"]),
+        "split_batch_to_celery": at_least(ratios["split_batch"], targets["batch_to_celery"]),
+        "split_sequential_to_celery": at_least(
+            ratios["split_sequential"], targets["sequential_to_celery"]
+        ),
+        "cpu_s_per_1000_split_batch": at_most(
+            out["ferryman_cpu_s_per_1000_split_batch"], targets["cpu_s_per_1000_batch"]
+        ),
+        "cpu_s_per_1000_split_single": at_most(
+            out["ferryman_cpu_s_per_1000_split_single"], targets["cpu_s_per_1000_single"]
+        ),
     }
 
 
@@ -417,6 +445,7 @@ def settings(args: argparse.Namespace, start_load: float) -> dict[str, Any]:
         "rounds": args.rounds,
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
+        "split_workers": args.split_workers,
         "cpus": os.cpu_count(),
         "load_average_1m": {"start": start_load, "end": os.getloadavg()[0]},
         "versions": {
@@ -458,9 +487,12 @@ def print_table(out: dict[str, Any]) -> None:
             )
     ratios, targets = out["ratios_to_celery"], out["targets"]
     for name in ("single", "batch", "sequential"):
-        value = ratios[name]
-        shown = "-" if value is None else f"{value:.2f}"
-        print(f"ferryman {name} / Celery: {shown} (target >= {targets[name + '_to_celery']})")
+        for prefix, label in (("", "serve"), ("split_", f"api + {s['split_workers']} workers")):
+            value = ratios[prefix + name]
+            if value is None:
+                continue
+            target = targets[name + "_to_celery"]
+            print(f"ferryman {name} ({label}) / Celery: {value:.2f} (target >= {target})")
     print(
         "CPU counts each system's own processes and the producer's submit loop, "
         "not Redis or PostgreSQL."
@@ -480,6 +512,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--batch-size", type=int, default=1000, help="ferryman-batch's jobs per call"
+    )
+    parser.add_argument(
+        "--split-workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="ferryman-split*: `ferryman worker` processes beside the one `ferryman api` "
+        "(default: one per core, as Celery's prefork pool)",
     )
     parser.add_argument("--peers-venv", type=Path, default=peers.DEFAULT_VENV)
     parser.add_argument("--redis-url", default=peers.DEFAULT_REDIS_URL)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -204,3 +205,26 @@ def test_the_warm_up_defaults_to_a_tenth_of_the_jobs_and_never_below_50() -> Non
     assert peers.parse_args(["--jobs", "10000"]).warmup == 1000
     assert peers.parse_args(["--jobs", "100"]).warmup == 50
     assert peers.parse_args(["--jobs", "100", "--warmup", "0"]).warmup == 0
+
+
+def test_the_split_rows_are_held_to_the_same_targets_as_serve() -> None:
+    outcomes = {
+        "celery": peers.Outcome([_run(1000)], []),
+        "ferryman-batch": peers.Outcome([_run(2500, cpu=0.9)], []),
+        "ferryman-split-batch": peers.Outcome([_run(3100, cpu=1.1)], []),
+        "ferryman-split-single": peers.Outcome([_run(1400, cpu=1.4)], []),
+    }
+    out = peers.report(_args(), outcomes, start_load=0.0)
+    met = out["targets_met"]
+    assert out["ratios_to_celery"]["split_batch"] == pytest.approx(3.1)
+    assert met["batch_to_celery"] is False  # serve: 2.5 < 3
+    assert met["split_batch_to_celery"] is True  # api + workers: 3.1 >= 3
+    assert met["cpu_s_per_1000_split_batch"] is False  # 1.1 > 1.0
+    assert met["split_single_to_celery"] is False  # 1.4 < 1.5
+    assert met["cpu_s_per_1000_split_single"] is True
+    assert met["split_sequential_to_celery"] is None  # not run
+
+
+def test_split_workers_default_to_one_per_core_as_celerys_prefork_pool() -> None:
+    assert peers.parse_args([]).split_workers == (os.cpu_count() or 1)
+    assert peers.parse_args(["--split-workers", "3"]).split_workers == 3
