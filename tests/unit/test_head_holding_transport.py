@@ -70,55 +70,91 @@ async def test_body_chunks_are_not_held_and_the_rest_is_the_transports() -> None
     assert transport.get_extra_info("peername") == ("127.0.0.1", 1)
 
 
-async def _started(server: Any) -> None:
-    async with asyncio.timeout(10):
-        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
-            await asyncio.sleep(0.01)
+class FakeSocketTransport(FakeTransport):
+    """What uvicorn's protocol asks of a socket transport, writes recorded."""
+
+    def get_extra_info(self, name: str) -> Any:
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 8000)}.get(name)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
-async def test_served_answers_arrive_whole(tmp_path) -> None:
-    """Through uvicorn with the limited llhttp protocol: a 202's head and body come in
-    one segment, read with one recv."""
-    import socket
-
+def _served(app: Any) -> tuple[Any, FakeSocketTransport]:
+    """The limited llhttp protocol serving ``app`` on a recorded transport."""
     import uvicorn
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
+    from uvicorn.server import ServerState
 
     from ferryman.http.connections import ConnectionLimits, protocol_with
 
-    async def accepted(request: Any) -> JSONResponse:
-        return JSONResponse({"ok": True}, status_code=202)
-
-    app = Starlette(routes=[Route("/", accepted, methods=["POST"])])
     limits = ConnectionLimits(
         header_timeout_seconds=5, keepalive_timeout_seconds=5, max_connections=10
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=protocol_with(limits), log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    serving = asyncio.ensure_future(server.serve())
-    try:
-        await _started(server)
+    config = uvicorn.Config(app, http=protocol_with(limits), log_level="warning", lifespan="off")
+    config.load()
+    protocol = config.http_protocol_class(config=config, server_state=ServerState(), app_state={})
+    real = FakeSocketTransport()
+    protocol.connection_made(real)
+    return protocol, real
 
-        def exchange() -> list[bytes]:
-            with socket.create_connection(("127.0.0.1", port)) as sock:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                got = []
-                for _ in range(20):
-                    sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
-                    got.append(sock.recv(65536))
-                return got
 
-        for answer in await asyncio.to_thread(exchange):
-            head, _, body = answer.partition(b"\r\n\r\n")
-            assert head.startswith(b"HTTP/1.1 202")
-            assert body == b'{"ok":true}'
-    finally:
-        server.should_exit = True
-        await serving
+async def _until(condition: Any) -> None:
+    async with asyncio.timeout(5):
+        while not condition():  # noqa: ASYNC110 - the protocol offers nothing to wait on
+            await asyncio.sleep(0)
+
+
+async def test_a_served_answer_leaves_in_one_write() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 202, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    protocol, real = _served(app)
+    protocol.data_received(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+    await _until(lambda: real.writes)
+    await asyncio.sleep(0.01)
+    assert len(real.writes) == 1  # uvicorn's own transport would get the head, then the body
+    head, _, body = real.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 202") and body == b"{}"
+    protocol.connection_lost(None)
+
+
+async def test_a_head_alone_is_sent_before_a_shutdown_in_the_same_turn() -> None:
+    """A HEAD answer is a head and nothing after it; a server shutting down closes the
+    connection in the very turn the answer completed. The head still goes out first."""
+    protocols: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        protocols[0].shutdown()
+
+    protocol, real = _served(app)
+    protocols.append(protocol)
+    protocol.data_received(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+    await _until(lambda: real.closed)
+    assert len(real.writes) == 1 and real.writes[0].startswith(b"HTTP/1.1 200")
+    protocol.connection_lost(None)
+
+
+async def test_a_streamed_answer_ends_whole_before_a_shutdown_in_the_same_turn() -> None:
+    protocols: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"hi", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        protocols[0].shutdown()
+
+    protocol, real = _served(app)
+    protocols.append(protocol)
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    await _until(lambda: real.closed)
+    sent = b"".join(real.writes)
+    assert b"transfer-encoding: chunked" in sent.lower()
+    assert sent.endswith(b"2\r\nhi\r\n0\r\n\r\n")  # the last chunk was not lost
+    protocol.connection_lost(None)

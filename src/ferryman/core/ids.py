@@ -26,10 +26,12 @@ class _RandomBytes:
     _CHUNK = 4096
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
+        # A new lock too: in a forked child, the parent's may be held for ever by a
+        # thread that does not exist there.
+        self._lock = threading.Lock()
         self._pool = b""
         self._at = 0
 
@@ -55,10 +57,10 @@ class _UlidSource:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
+        self._lock = threading.Lock()  # as _RandomBytes._reset
         self._ms = -1
         self._random = 0
         self._prefix = ""

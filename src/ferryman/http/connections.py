@@ -29,7 +29,7 @@ still be sent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -161,6 +161,11 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Every write and close of this connection, the response cycles' and the
+        # protocol's own (a 400, a shutdown, a keep-alive timeout), goes through the one
+        # holding transport, so a held head is sent, in order, before anything after it
+        # and before the connection closes.
+        self.transport = cast("asyncio.Transport", HeadHoldingTransport(transport, self.loop))
         self._arm_header_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -174,14 +179,6 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._head_bytes = 0
         super().on_message_begin()
-
-    def on_headers_complete(self) -> None:
-        super().on_headers_complete()
-        cycle = self.cycle
-        # The request's answer goes through a transport that holds its head for its
-        # body. Its task has not run yet: nothing was written through the plain one.
-        if cycle is not None and getattr(cycle, "transport", None) is self.transport:
-            cycle.transport = HeadHoldingTransport(self.transport, self.loop)
 
     def on_url(self, url: bytes) -> None:
         self._count_head(len(url))
@@ -201,11 +198,11 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
 
 
 class HeadHoldingTransport:
-    """A response cycle's view of the connection: a write that ends a head (a blank
-    line) is held until the next write, which takes it along, so a head and its body
-    leave in one send. Whatever is still held when the loop comes round (a head with
-    no body write after it in the same step, a final chunk, a 100 Continue) is sent
-    then; a close sends it first."""
+    """The connection as its protocol and response cycles write to it: a write that
+    ends a head (a blank line) is held until the next write, which takes it along, so a
+    head and its body leave in one send. Whatever is still held when the loop comes
+    round (a head with no body write after it in the same step, a final chunk, a 100
+    Continue) is sent then; a close or an end of writing sends it first."""
 
     __slots__ = ("_held", "_loop", "_transport")
 
@@ -233,6 +230,10 @@ class HeadHoldingTransport:
     def close(self) -> None:
         self._flush()
         self._transport.close()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()

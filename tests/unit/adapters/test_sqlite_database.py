@@ -234,7 +234,7 @@ async def test_an_extra_database_keeps_extra_for_durable_writes(tmp_path) -> Non
 
 async def test_checkpoints_run_beside_the_writer_not_in_its_commits(db: SqliteDatabase) -> None:
     # The writer's own automatic checkpoint is only a safety net...
-    assert await db.write(_pragma("wal_autocheckpoint")) == 10_000
+    assert await db.write(_pragma("wal_autocheckpoint")) == 4_000
     checkpointer = db._checkpointer
     assert checkpointer is not None
     for i in range(20):

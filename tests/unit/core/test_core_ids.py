@@ -85,3 +85,26 @@ def test_correlation_ids_are_random_hex_however_many_are_made() -> None:
     made = [new_correlation_id() for _ in range(3 * 4096 // 12)]  # past a few reads
     assert all(re.fullmatch(r"cor_[0-9a-f]{24}", c) for c in made)
     assert len(set(made)) == len(made)
+
+
+def test_a_forked_child_makes_ids_though_a_parent_thread_held_the_locks() -> None:
+    import select
+    import signal
+
+    read, write = os.pipe()
+    # As if another thread of the parent were inside new_*_id() at the moment of fork.
+    with ids._RANDOM._lock, ids._ULIDS._lock:
+        pid = os.fork()
+        if pid == 0:  # the child: the held locks belong to a thread it does not have
+            os.write(write, f"{new_correlation_id()} {new_attempt_id()}".encode())
+            os._exit(0)
+    try:
+        ready, _, _ = select.select([read], [], [], 5)
+        assert ready, "the child hung on a lock its parent held at fork"
+        assert len(os.read(read, 128).decode().split()) == 2
+    finally:
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
+        os.close(write)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 INTERVAL_SECONDS = 0.05
 # The writer's own automatic checkpoint (pages of the WAL), kept as a safety net.
-SAFETY_NET_PAGES = 10_000
+SAFETY_NET_PAGES = 4_000
 
 
 class Checkpointer:

@@ -170,10 +170,11 @@ class SqliteDatabase:
         self._closed = True
         self.wakeup.close()
         self.cancel_wakeup.close()
-        await asyncio.to_thread(self._writer.close)
-        await asyncio.to_thread(self._reads.close)
+        # First, so a close that fails or is cancelled later never leaves its thread.
         if self._checkpointer is not None:
             await asyncio.to_thread(self._checkpointer.close)
+        await asyncio.to_thread(self._writer.close)
+        await asyncio.to_thread(self._reads.close)
         self._writer_conn.close()
         self._reader_conn.close()
 
