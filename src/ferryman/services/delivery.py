@@ -170,6 +170,13 @@ class DeliveryHandler:
         fresh enough to trust) not to be paused; the change is core's claim rule's,
         as ``_claim_and_run`` would ask for. Runs on the engine's writer: it only
         decides, never reads, writes or counts."""
+        try:
+            return self._decide_claim(delivery, job)
+        except Exception:  # noqa: BLE001 - handle() meets the same failure, for this delivery only
+            # Raised inside the receive, it would undo every delivery of it, on every look.
+            return None
+
+    def _decide_claim(self, delivery: Delivery, job: Job | None) -> Change | None:
         if job is None or job.status.terminal:
             return None
         if delivery.message.payload_version not in SUPPORTED_PAYLOAD_VERSIONS:

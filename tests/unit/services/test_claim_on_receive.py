@@ -145,3 +145,21 @@ async def test_an_unknown_payload_is_deferred_not_claimed(sqlite_world):
     handler.handle = spy
     await worker.run_until_idle(max_rounds=2)
     assert (999, Verdict.DEFERRED) in verdicts
+
+
+async def test_a_decision_that_raises_leaves_the_delivery_to_handle(sqlite_world):
+    """A failure deciding one delivery's claim must not undo the whole receive (it would
+    on every look): the delivery is handled as a plain one, which meets it alone."""
+    world = sqlite_world
+    worker = world.worker()
+    job = await world.submit()
+    handler = worker._handler
+
+    def broken(delivery, job):
+        raise RuntimeError("boom")
+
+    handler._decide_claim = broken
+
+    assert await worker.run_until_idle() == 1
+
+    assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
