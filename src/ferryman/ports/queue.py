@@ -18,14 +18,15 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ferryman.core.job import PAYLOAD_VERSION
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
+    from ferryman.core.changes import Change
     from ferryman.core.job import Job
 
 
@@ -179,3 +180,60 @@ class JobQueue(Protocol):
     async def delete_dead_letter(self, dead_letter_id: str) -> None: ...
 
     async def stats(self) -> QueueStats: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One delivery of ``ClaimsOnReceive.receive_claiming``, with its job as the
+    receive's own transaction read it (None: no such job), and the claim that
+    transaction wrote for it (None: nothing was written to the job)."""
+
+    delivery: Delivery
+    job: Job | None
+    claim: Change | None
+
+    @property
+    def job_after(self) -> Job | None:
+        """The job as this receive left it: after its claim, or as read."""
+        return self.job if self.claim is None else self.claim.after
+
+
+@runtime_checkable
+class ClaimsOnReceive(Protocol):
+    """Optional, beside JobQueue: an engine whose queue lives in the database of its
+    jobs reads a received message's job and writes its claim in the transaction of the
+    receive itself.
+
+    A delivery that arrives alone then costs the engine's writer one transaction
+    (one commit, one fsync) instead of a receive, a read and a claim. Every rule
+    stays where it was: the receive counts, hides and dead-letters as ``receive``
+    does and is fair between tenants under the same budget; the claim is the change
+    the caller's ``decide`` made from core's rule for the job as read, written only
+    if the job still has that change's expected revision (as ``JobStore.apply``);
+    a delivery ``decide`` wrote nothing for goes to the caller with its job as read,
+    to be handled as a plain delivery (duplicates recorded, retries deferred, ...).
+    An engine without it (or whose ``claims_on_receive`` is False) keeps the three
+    steps, which is what services/worker.py falls back to."""
+
+    @property
+    def claims_on_receive(self) -> bool: ...
+
+    async def receive_claiming(
+        self,
+        *,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        decide: Callable[[Delivery, Job | None], Change | None],
+        wait_seconds: float = 0.0,
+        budget: TenantBudget | None = None,
+    ) -> list[Received]:
+        """``receive``; and in its transaction, for each delivery, the job read and
+        ``decide``'s claim written if the job's revision is still the one it expects
+        (a claim whose revision moved is dropped: ``claim`` None, the job as read).
+        The call returns after the commit: a claim is durable when it returns, as
+        ``JobStore.apply``'s is.
+
+        ``decide`` runs on the engine's writer, not the event loop, and may run more
+        than once for one receive (an undone transaction is run again): it must be
+        a pure decision that neither blocks nor changes anything itself."""
+        ...

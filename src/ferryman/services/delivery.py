@@ -42,7 +42,7 @@ from ferryman.observability.logging import enabled as log_enabled
 from ferryman.services.attempt import RunningAttempt
 from ferryman.services.claims import ClaimBatcher
 from ferryman.services.failures import judge_failure
-from ferryman.services.ledger import ClaimRequest
+from ferryman.services.ledger import ClaimRequest, ClaimResult
 from ferryman.services.pauses import ProviderPauses
 
 if TYPE_CHECKING:
@@ -50,12 +50,13 @@ if TYPE_CHECKING:
 
     from prometheus_client import Counter, Histogram
 
+    from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
     from ferryman.core.lease import LeasePolicy
     from ferryman.core.retry import RetryPolicy
     from ferryman.failpoints import Failpoints
     from ferryman.ports.control import ControlStore
-    from ferryman.ports.queue import Delivery, JobQueue
+    from ferryman.ports.queue import Delivery, JobQueue, Received
     from ferryman.ports.results import StagedResult
     from ferryman.services.attempt import AttemptRunner, CallResult
     from ferryman.services.catalog import ModelCatalog
@@ -161,6 +162,55 @@ class DeliveryHandler:
             return await self._requeue(delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
         return await self._claim_and_run(delivery, job)
 
+    def decide_claim(self, delivery: Delivery, job: Job | None) -> Change | None:
+        """The claim to write with the receive itself (ports/queue.py's ClaimsOnReceive),
+        or None to handle the delivery as ``handle`` does. Only a delivery ``handle``
+        would claim at once gets one: a known payload, a job that exists, is not
+        terminal, is due, has attempts left and whose provider is known (from a look
+        fresh enough to trust) not to be paused; the change is core's claim rule's,
+        as ``_claim_and_run`` would ask for. Runs on the engine's writer: it only
+        decides, never reads, writes or counts."""
+        try:
+            return self._decide_claim(delivery, job)
+        except Exception:  # noqa: BLE001 - handle() meets the same failure, for this delivery only
+            # Raised inside the receive, it would undo every delivery of it, on every look.
+            return None
+
+    def _decide_claim(self, delivery: Delivery, job: Job | None) -> Change | None:
+        if job is None or job.status.terminal:
+            return None
+        if delivery.message.payload_version not in SUPPORTED_PAYLOAD_VERSIONS:
+            return None
+        now = self._clock.now()
+        if job.not_before is not None and job.not_before > now:
+            return None
+        if job.failure_count >= self._retry_policy(job).max_attempts:
+            return None
+        try:
+            provider = self._catalog.route_at(job.model, job.fallback_level).provider.name
+        except ProviderError:
+            provider = None  # the claim's call fails it as an unknown model, as in handle
+        if provider is not None and self._pauses.known(provider) is not False:
+            return None  # paused, or not known now: handle looks first
+        return self._store.claim_change(self._claim_request(job, now), job)
+
+    async def look_at_pauses(self) -> None:
+        """Before a receive that claims: a fresh look at the paused providers lets
+        ``decide_claim`` claim instead of leaving the delivery to ``handle``."""
+        await self._pauses.refresh()
+
+    async def handle_received(self, received: Received) -> Verdict:
+        """A delivery from a receive that may have claimed its job already (``decide_claim``);
+        one it wrote no claim for is handled as ``handle`` would, with its job as read."""
+        claim = received.claim
+        if claim is None:
+            job = received.job
+            return await self.handle(received.delivery, {} if job is None else {job.job_id: job})
+        self._failpoints.hit("after_receive")
+        return await self._claimed(
+            received.delivery, claim.before or claim.after, self._store.claimed(claim)
+        )
+
     async def _provider_paused(self, job: Job) -> bool:
         try:
             route = self._catalog.route_at(job.model, job.fallback_level)
@@ -177,19 +227,23 @@ class DeliveryHandler:
         await self._queue.delete(delivery.receipt)
         return Verdict.DEFERRED
 
-    async def _claim_and_run(self, delivery: Delivery, job: Job) -> Verdict:
-        now = self._clock.now()
-        # Written together with the claims of the batch's other deliveries.
-        claim = await self._claims.claim(
-            ClaimRequest(
-                known=job,
-                attempt_id=new_attempt_id(),
-                worker_id=self._settings.worker_id,
-                now=now,
-                lease_until=self._settings.lease.lease_until(now),
-                max_deliveries_without_outcome=self._settings.max_receives,
-            )
+    def _claim_request(self, job: Job, now: float) -> ClaimRequest:
+        return ClaimRequest(
+            known=job,
+            attempt_id=new_attempt_id(),
+            worker_id=self._settings.worker_id,
+            now=now,
+            lease_until=self._settings.lease.lease_until(now),
+            max_deliveries_without_outcome=self._settings.max_receives,
         )
+
+    async def _claim_and_run(self, delivery: Delivery, job: Job) -> Verdict:
+        # Written together with the claims of the batch's other deliveries.
+        claim = await self._claims.claim(self._claim_request(job, self._clock.now()))
+        return await self._claimed(delivery, job, claim)
+
+    async def _claimed(self, delivery: Delivery, job: Job, claim: ClaimResult) -> Verdict:
+        """Run the attempt the claim opened (or end the delivery the claim refused)."""
         if claim.abandoned_attempt_id is not None:
             _attempts_ended(AttemptOutcome.ABANDONED).inc()
         if claim.dead_lettered:

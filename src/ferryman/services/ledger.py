@@ -222,6 +222,24 @@ class JobLedger:
         job, change = await self._mutate(job_id, rule, known=known)
         return _claim_result(job, change)
 
+    @staticmethod
+    def claim_change(request: ClaimRequest, job: Job) -> Change | None:
+        """The change ``claim`` would write for the job as given (core's claim rule),
+        or None when it cannot be claimed now. For an engine that writes it itself
+        under the same revision check (ports/queue.py's ClaimsOnReceive)."""
+        return _claim_rule(
+            attempt_id=request.attempt_id,
+            worker_id=request.worker_id,
+            now=request.now,
+            lease_until=request.lease_until,
+            max_deliveries_without_outcome=request.max_deliveries_without_outcome,
+        )(job)
+
+    @staticmethod
+    def claimed(change: Change) -> ClaimResult:
+        """What ``claim`` returns for a claim change that was written."""
+        return _claim_result(change.after, change)
+
     async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult | Exception]:
         """``claim`` for each request, in order; the changes of the jobs as the requests
         know them are written together, in one transaction where the engine can

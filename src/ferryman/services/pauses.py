@@ -26,10 +26,21 @@ class ProviderPauses:
         self._read_at = float("-inf")
 
     async def paused(self, provider: str) -> bool:
+        await self.refresh()
+        return provider in self._paused
+
+    async def refresh(self) -> None:
+        """Read the set again if the last look is too old to trust."""
         now = time.monotonic()
         if now - self._read_at > PAUSES_CACHE_SECONDS:
             self._paused = await self._control.paused_providers()
             self._read_at = now
+
+    def known(self, provider: str) -> bool | None:
+        """Whether it is paused, from a look still fresh enough to trust; None when the
+        next ``paused`` would read again (this never reads: it may run off the loop)."""
+        if time.monotonic() - self._read_at > PAUSES_CACHE_SECONDS:
+            return None
         return provider in self._paused
 
     def mark_paused(self, provider: str) -> None:

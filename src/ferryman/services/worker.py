@@ -23,13 +23,13 @@ import structlog
 from ferryman.observability import metrics
 from ferryman.observability.logging import describe_exception
 from ferryman.ports.control import Switch
-from ferryman.ports.queue import TenantBudget
+from ferryman.ports.queue import ClaimsOnReceive, TenantBudget
 from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
 from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdict
 from ferryman.services.limiter import Limiters
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Coroutine, Mapping
 
     from ferryman.core.clock import Clock
     from ferryman.core.job import Job
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ferryman.failpoints import Failpoints
     from ferryman.ports.control import ControlStore
     from ferryman.ports.limits import SharedLimits
-    from ferryman.ports.queue import Delivery, JobQueue
+    from ferryman.ports.queue import Delivery, JobQueue, Received
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.services.limiter import CallBudget
@@ -128,6 +128,10 @@ class Worker:
             control=control,
             tasks=tasks,
         )
+        # Where the engine can, a receive claims its jobs in its own transaction.
+        self._claiming: ClaimsOnReceive | None = (
+            queue if isinstance(queue, ClaimsOnReceive) and queue.claims_on_receive else None
+        )
         self._running: dict[asyncio.Task[Verdict], str] = {}
         self._slot_freed = asyncio.Event()
 
@@ -177,6 +181,19 @@ class Worker:
         """Receive and finish work until the queue has nothing visible (tests, benchmarks)."""
         handled = 0
         for _ in range(max_rounds):
+            if self._claiming is not None:
+                await self._handler.look_at_pauses()
+                received = await self._claiming.receive_claiming(
+                    max_messages=min(self._concurrency, MAX_RECEIVE_BATCH),
+                    visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
+                    budget=self._budget,
+                    decide=self._handler.decide_claim,
+                )
+                if not received:
+                    return handled
+                await asyncio.gather(*(self._handler.handle_received(r) for r in received))
+                handled += len(received)
+                continue
             batch = await self._queue.receive(
                 max_messages=min(self._concurrency, MAX_RECEIVE_BATCH),
                 visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
@@ -207,12 +224,34 @@ class Worker:
                 log.warning("worker.waiting_for_results", worker_id=self.worker_id)
                 await self._results.wait_until_healthy(stop)
                 continue
+            if self._claiming is not None:
+                for received in await self._receive_claiming(self._claiming, free):
+                    self._start(received.delivery, self._handler.handle_received(received))
+                continue
             batch = await self._receive(free)
             if not batch:
                 continue
             jobs = await self._read_jobs(batch)
             for delivery in batch:
-                self._start(delivery, jobs)
+                self._start(delivery, self._handler.handle(delivery, jobs))
+
+    async def _receive_claiming(self, claiming: ClaimsOnReceive, free: int) -> list[Received]:
+        """A receive that reads its jobs and writes the claims of those it may claim at
+        once in its own transaction (ports/queue.py's ClaimsOnReceive): a delivery that
+        arrives alone costs the writer one transaction, not a receive and a claim."""
+        try:
+            await self._handler.look_at_pauses()
+            return await claiming.receive_claiming(
+                max_messages=min(free, MAX_RECEIVE_BATCH),
+                visibility_timeout_seconds=self._lease.visibility_timeout_seconds,
+                wait_seconds=self._wait_seconds,
+                budget=self._budget,
+                decide=self._handler.decide_claim,
+            )
+        except Exception as exc:  # noqa: BLE001 - a queue outage must not kill the worker
+            log.warning("worker.receive_failed", **describe_exception(exc))
+            await asyncio.sleep(IDLE_BACKOFF_SECONDS)
+            return []
 
     async def _receive(self, free: int) -> list[Delivery]:
         try:
@@ -240,10 +279,10 @@ class Worker:
             log.warning("worker.batch_read_failed", **describe_exception(exc))
             return None
 
-    def _start(self, delivery: Delivery, jobs: dict[str, Job] | None = None) -> None:
+    def _start(self, delivery: Delivery, work: Coroutine[None, None, Verdict]) -> None:
         tenant = delivery.message.tenant_id
         self._tenant_in_flight[tenant] += 1
-        task = asyncio.create_task(self._guarded(delivery, jobs))
+        task = asyncio.create_task(self._guarded(delivery, work))
         # The tenant rides with the task in _running rather than in a closure per call.
         self._running[task] = tenant
         metrics.IN_FLIGHT.inc()
@@ -260,9 +299,9 @@ class Worker:
         metrics.IN_FLIGHT.dec()
         self._slot_freed.set()
 
-    async def _guarded(self, delivery: Delivery, jobs: dict[str, Job] | None) -> Verdict:
+    async def _guarded(self, delivery: Delivery, work: Coroutine[None, None, Verdict]) -> Verdict:
         try:
-            return await self._handler.handle(delivery, jobs)
+            return await work
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the message reappears; the job record is the truth

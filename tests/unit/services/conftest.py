@@ -30,7 +30,8 @@ from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
 
     from ferryman.core.job import Job
     from ferryman.ports.provider import ModelRequest, ModelResponse
@@ -180,6 +181,45 @@ def make_world() -> Callable[..., World]:
         )
 
     return build
+
+
+@pytest.fixture
+async def sqlite_world(tmp_path: Path) -> AsyncIterator[World]:
+    """The world over the SQLite engine's jobs and queue (one file), for the worker's
+    paths only that engine takes (its receive claims: ports/queue.py's ClaimsOnReceive)."""
+    from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue, SqliteJobStore
+
+    clock = FakeClock()
+    db = await SqliteDatabase.open(tmp_path / "ferryman.db")
+    try:
+        queue = SqliteJobQueue(db, clock=clock, max_receives=10)
+        store = JobLedger(SqliteJobStore(db, clock=clock))
+        results = InMemoryResultStore()
+        control = InMemoryControlStore()
+        provider = CountingProvider(SimulatedProvider(sleep=_no_sleep))
+        yield World(
+            clock=clock,
+            store=store,
+            queue=queue,  # type: ignore[arg-type]
+            results=results,
+            control=control,
+            provider=provider,
+            intake=Intake(
+                store=store,
+                queue=queue,
+                tasks=builtin_tasks(),
+                control=control,
+                clock=clock,
+                idempotency_retention_seconds=3600,
+                catalog=ModelCatalog.serving_own_names([provider]),
+            ),
+            jobs=JobQueries(store=store, results=results, clock=clock),
+            operations=Operations(store=store, queue=queue, control=control, clock=clock),
+            retry=RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
+            lease=LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
+        )
+    finally:
+        await db.close()
 
 
 async def _no_sleep(seconds: float) -> None:

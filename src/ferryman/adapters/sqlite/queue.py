@@ -6,16 +6,28 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ferryman.adapters.sqlite import messages
+from ferryman.adapters.sqlite import jobops, messages
 from ferryman.adapters.sqlite.sql import QUEUE
-from ferryman.ports.queue import DeadLetter, DeadLetterReason, Delivery, QueueMessage, QueueStats
+from ferryman.ports.queue import (
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    QueueMessage,
+    QueueStats,
+    Received,
+)
 
 if TYPE_CHECKING:
     import sqlite3
+    from collections.abc import Callable
 
     from ferryman.adapters.sqlite.database import SqliteDatabase
+    from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
+    from ferryman.core.job import Job
     from ferryman.ports.queue import TenantBudget
+
+    Decide = Callable[[Delivery, Job | None], Change | None]
 
 
 class SqliteJobQueue:
@@ -58,6 +70,49 @@ class SqliteJobQueue:
         wait_seconds: float = 0.0,
         budget: TenantBudget | None = None,
     ) -> list[Delivery]:
+        received = await self._receive(
+            max_messages, visibility_timeout_seconds, wait_seconds, budget, decide=None
+        )
+        return [r.delivery for r in received]
+
+    @property
+    def claims_on_receive(self) -> bool:
+        return True
+
+    async def receive_claiming(
+        self,
+        *,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        decide: Decide,
+        wait_seconds: float = 0.0,
+        budget: TenantBudget | None = None,
+    ) -> list[Received]:
+        # The jobs table is in this file: the claim shares the receive's transaction.
+        received = await self._receive(
+            max_messages, visibility_timeout_seconds, wait_seconds, budget, decide=decide
+        )
+        for r in received:
+            if r.claim is not None:
+                self._claimed(r.claim)
+        return received
+
+    def _claimed(self, change: Change) -> None:
+        # As the job store's own apply nudges after a commit (adapters/sqlite/store.py).
+        if change.enqueue:
+            self._db.wakeup.notify()
+        if change.stops_running_attempt:
+            self._db.cancel_wakeup.notify()
+
+    async def _receive(
+        self,
+        max_messages: int,
+        visibility_timeout_seconds: float,
+        wait_seconds: float,
+        budget: TenantBudget | None,
+        *,
+        decide: Decide | None,
+    ) -> list[Received]:
         if max_messages < 1:
             return []
         loop = asyncio.get_running_loop()
@@ -75,11 +130,15 @@ class SqliteJobQueue:
             since, local_since = wakeup.generation, wakeup.local_generation
             if freed is not None:
                 freed.clear()  # before the look: a slot freed during it wakes the wait
-            deliveries: list[Delivery] = []
+            deliveries: list[Received] = []
             if look:
                 looked_at = loop.time()
                 deliveries = await self._take(
-                    max_messages, visibility_timeout_seconds, budget=budget, polling=polling
+                    max_messages,
+                    visibility_timeout_seconds,
+                    budget=budget,
+                    polling=polling,
+                    decide=decide,
                 )
                 self._last_empty = (
                     (since, looked_at, budget) if len(deliveries) < max_messages else None
@@ -121,7 +180,8 @@ class SqliteJobQueue:
         *,
         budget: TenantBudget | None,
         polling: bool,
-    ) -> list[Delivery]:
+        decide: Decide | None,
+    ) -> list[Received]:
         now = self._clock.now()
         # Idle workers poll often; looking first through the reader keeps their
         # empty polls from taking the file's write lock from everyone else.
@@ -130,7 +190,7 @@ class SqliteJobQueue:
         start = self._tenant_cursor.after
         ended: list[str | None] = []
 
-        def receive(conn: sqlite3.Connection) -> list[Delivery]:
+        def receive(conn: sqlite3.Connection) -> list[Received]:
             # The writer may run this twice (its batch undone because another op
             # raised): each run starts from the same place, and only the run that
             # committed moves this queue's cursor.
@@ -145,12 +205,15 @@ class SqliteJobQueue:
                 cursor=cursor,
             )
             ended.append(cursor.after)
-            return deliveries
+            if decide is None:
+                return [Received(delivery=d, job=None, claim=None) for d in deliveries]
+            return [_claim_received(conn, d, decide) for d in deliveries]
 
         # No fsync of its own: a receive lost on power failure only leaves its
         # messages visible, as its lease running out would, and the claim that
-        # follows a delivery commits durably (its fsync covers the receive too).
-        deliveries = await self._db.write(receive, durable=False)
+        # follows a delivery commits durably (its fsync covers the receive too). A
+        # receive that may write claims commits as durably as a claim does.
+        deliveries = await self._db.write(receive, durable=decide is not None)
         self._tenant_cursor.after = ended[-1]
         return deliveries
 
@@ -181,6 +244,16 @@ class SqliteJobQueue:
 
     async def stats(self) -> QueueStats:
         return await self._db.read(partial(_stats, now=self._clock.now()))
+
+
+def _claim_received(conn: sqlite3.Connection, delivery: Delivery, decide: Decide) -> Received:
+    """The delivery's job as this transaction reads it, and the claim ``decide`` made
+    from it, written only if the job still has the revision it expects."""
+    job = jobops.load(conn, delivery.message.job_id)
+    claim = decide(delivery, job)
+    if claim is not None and not jobops.apply(conn, claim):
+        claim = None
+    return Received(delivery=delivery, job=job, claim=claim)
 
 
 def _any_visible(conn: sqlite3.Connection, *, now: float) -> bool:
