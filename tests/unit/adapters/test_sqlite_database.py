@@ -196,42 +196,6 @@ async def test_without_batching_every_write_is_its_own_commit(tmp_path) -> None:
         await db.close()
 
 
-async def test_a_write_that_needs_no_fsync_commits_at_normal(db: SqliteDatabase) -> None:
-    # synchronous=NORMAL in WAL mode: written to the WAL (a crash of the process loses
-    # nothing), made durable by the next durable commit's fsync.
-    assert await db.write(_pragma("synchronous"), durable=False) == 1
-    assert await db.write(_pragma("synchronous")) == 2  # the next durable one: FULL again
-    assert await db.write(_pragma("synchronous"), durable=False) == 1
-
-
-async def test_one_durable_write_makes_its_whole_batch_durable(db: SqliteDatabase) -> None:
-    blocker, release = await _hold_writer(db)
-    lazy = asyncio.ensure_future(db.write(_pragma("synchronous"), durable=False))
-    durable = asyncio.ensure_future(db.write(_pragma("synchronous")))
-    await asyncio.sleep(0.05)
-    release.set()
-    await blocker
-    assert await lazy == await durable == 2
-
-
-async def test_a_normal_database_never_raises_a_write_above_normal(tmp_path) -> None:
-    db = await SqliteDatabase.open(tmp_path / "n.db", synchronous="NORMAL")
-    try:
-        assert await db.write(_pragma("synchronous"), durable=False) == 1
-        assert await db.write(_pragma("synchronous")) == 1
-    finally:
-        await db.close()
-
-
-async def test_an_extra_database_keeps_extra_for_durable_writes(tmp_path) -> None:
-    db = await SqliteDatabase.open(tmp_path / "x.db", synchronous="EXTRA")
-    try:
-        assert await db.write(_pragma("synchronous"), durable=False) == 1
-        assert await db.write(_pragma("synchronous")) == 3
-    finally:
-        await db.close()
-
-
 async def test_checkpoints_run_beside_the_writer_not_in_its_commits(db: SqliteDatabase) -> None:
     # The writer's own automatic checkpoint is only a safety net...
     assert await db.write(_pragma("wal_autocheckpoint")) == 4_000

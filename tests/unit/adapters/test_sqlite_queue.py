@@ -258,21 +258,3 @@ async def test_a_receive_run_twice_by_the_writer_moves_the_tenant_cursor_once(db
     [second] = await queue.receive(max_messages=1, visibility_timeout_seconds=60)
     assert first.message.tenant_id in tenants[:64]
     assert second.message.tenant_id in tenants[64:128]
-
-
-async def test_a_receive_commits_without_an_fsync_of_its_own(db, clock, monkeypatch) -> None:
-    # A receive lost on power failure only leaves its messages visible (as its lease
-    # running out would); the send, which a 202 waits for, stays durable.
-    queue = SqliteJobQueue(db, clock=clock)
-    seen: list[bool] = []
-    write = db.write
-
-    async def spy(fn, *, durable: bool = True):
-        seen.append(durable)
-        return await write(fn, durable=durable)
-
-    monkeypatch.setattr(db, "write", spy)
-    await queue.send(_message())
-    [delivery] = await queue.receive(max_messages=1, visibility_timeout_seconds=30)
-    await queue.delete(delivery.receipt)
-    assert seen == [True, False, True]

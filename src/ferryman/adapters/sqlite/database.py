@@ -56,15 +56,12 @@ class SqliteDatabase:
         reader: sqlite3.Connection,
         *,
         max_batch: int,
-        synchronous: str = "FULL",
         checkpointer: sqlite3.Connection | None = None,
     ) -> None:
         self.path = path
         self._writer_conn = writer
         self._reader_conn = reader
-        self._writer = GroupCommitWriter(
-            writer, max_batch=max_batch, name="ferryman-sqlite-write", synchronous=synchronous
-        )
+        self._writer = GroupCommitWriter(writer, max_batch=max_batch, name="ferryman-sqlite-write")
         self._reads: BatchingThread[Callable[[sqlite3.Connection], Any]] = BatchingThread(
             self._read_batch, max_batch=MAX_READ_BATCH, name="ferryman-sqlite-read"
         )
@@ -106,9 +103,7 @@ class SqliteDatabase:
             writer, reader, checkpointer = await asyncio.to_thread(
                 _connect_all, target, mode, busy_timeout_seconds, create
             )
-        return cls(
-            target, writer, reader, max_batch=max_batch, synchronous=mode, checkpointer=checkpointer
-        )
+        return cls(target, writer, reader, max_batch=max_batch, checkpointer=checkpointer)
 
     @property
     def commit_count(self) -> int:
@@ -127,13 +122,9 @@ class SqliteDatabase:
             return None
         return self._writer.last_failure
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
-        """Run ``fn`` inside the next group-commit transaction; return after COMMIT.
-
-        ``durable=False``: the write may commit without an fsync of its own (it is
-        made durable by the next one's, see adapters/sqlite/writer.py). Only for a
-        write whose loss on power failure the system already recovers from."""
-        return await self._writer.write(fn, durable=durable)
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside the next group-commit transaction; return after COMMIT."""
+        return await self._writer.write(fn)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the read connection, inside one read transaction (one snapshot,

@@ -209,11 +209,7 @@ class SqliteJobQueue:
                 return [Received(delivery=d, job=None, claim=None) for d in deliveries]
             return [_claim_received(conn, d, decide) for d in deliveries]
 
-        # No fsync of its own: a receive lost on power failure only leaves its
-        # messages visible, as its lease running out would, and the claim that
-        # follows a delivery commits durably (its fsync covers the receive too). A
-        # receive that may write claims commits as durably as a claim does.
-        deliveries = await self._db.write(receive, durable=decide is not None)
+        deliveries = await self._db.write(receive)
         self._tenant_cursor.after = ended[-1]
         return deliveries
 

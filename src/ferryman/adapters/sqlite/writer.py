@@ -8,13 +8,6 @@ SAVEPOINT (a batch that succeeds whole, nearly every one, pays for no savepoints
 COMMIT returned, so nobody acts on a write that is not yet durable. Under load,
 concurrent claims, publishes and acks of one process share one fsync instead of
 paying one each.
-
-A write may say it needs no fsync of its own (``durable=False``: a queue receive,
-whose loss on power failure only makes its messages visible again). A batch of only
-such writes commits with synchronous=NORMAL: in WAL mode that is written to the WAL
-(so it survives a crash of the process) and made durable by the next durable commit's
-fsync, which covers every frame before it. One durable write in the batch makes the
-whole batch commit with the configured mode.
 """
 
 from __future__ import annotations
@@ -22,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ferryman.adapters.batching import BatchingThread, ClosedError, Outcome
@@ -32,14 +24,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 T = TypeVar("T")
-# The mode a batch of only non-durable writes commits with (see the module's doc).
-LAZY_SYNCHRONOUS = "NORMAL"
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    fn: Callable[[sqlite3.Connection], Any]
-    durable: bool
 
 
 @contextlib.contextmanager
@@ -61,22 +45,11 @@ def unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
 class GroupCommitWriter:
     """The single writer thread of one SQLite connection."""
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        *,
-        max_batch: int = 256,
-        name: str,
-        synchronous: str = "FULL",
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, max_batch: int = 256, name: str) -> None:
         self._conn = conn
-        self._thread: BatchingThread[_Write] = BatchingThread(
+        self._thread: BatchingThread[Callable[[sqlite3.Connection], Any]] = BatchingThread(
             self._commit_batch, max_batch=max_batch, name=name
         )
-        # The connection's mode (opened with it), and what it is set to now: it only
-        # changes between transactions, and only when a batch needs the other one.
-        self._synchronous = synchronous.upper()
-        self._current_synchronous = self._synchronous
         # The latest write the engine refused (a locked file, a full disk), on the
         # monotonic clock: readiness reports it for a while after it happened.
         self.last_failure_at: float | None = None
@@ -90,11 +63,10 @@ class GroupCommitWriter:
     def ops(self) -> int:
         return self._thread.requests
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
-        """Run ``fn`` in the next batch's transaction; return after its COMMIT (with an
-        fsync unless ``durable`` is False and no write of the batch needs one)."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in the next batch's transaction; return after its COMMIT."""
         try:
-            future = self._thread.submit(_Write(fn, durable))
+            future = self._thread.submit(fn)
         except ClosedError:
             raise StoreUnavailableError("the database is closed") from None
         return cast("T", await future)
@@ -103,11 +75,8 @@ class GroupCommitWriter:
         """Finish the writes already submitted, then stop the thread (blocking)."""
         self._thread.close()
 
-    def _commit_batch(self, writes: list[_Write]) -> list[Outcome]:
-        ops = [write.fn for write in writes]
+    def _commit_batch(self, ops: list[Callable[[sqlite3.Connection], Any]]) -> list[Outcome]:
         try:
-            durable = any(write.durable for write in writes)
-            self._set_synchronous(self._synchronous if durable else LAZY_SYNCHRONOUS)
             self._conn.execute("BEGIN IMMEDIATE")
             outcomes = self._run_plainly(ops)
             if outcomes is None:
@@ -162,15 +131,6 @@ class GroupCommitWriter:
             return Outcome(error=exc)
         self._conn.execute("RELEASE op")
         return Outcome(value=value)
-
-    def _set_synchronous(self, mode: str) -> None:
-        # A WAL commit at NORMAL is never weaker than at OFF: a checkpoint still
-        # syncs. Never below NORMAL, never above the configured mode.
-        if mode == self._current_synchronous or self._synchronous == "NORMAL":
-            return
-        # Values are from a fixed set (SYNCHRONOUS_MODES, LAZY_SYNCHRONOUS).
-        self._conn.execute(f"PRAGMA synchronous = {mode}")
-        self._current_synchronous = mode
 
     def _note_failure(self, exc: sqlite3.Error) -> None:
         self.last_failure = f"{type(exc).__name__}: {exc}"
