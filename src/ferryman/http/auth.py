@@ -90,6 +90,8 @@ async def spend(request: Request, principal: Principal, *, cost: int) -> None:
 def refuse_repeated_query(request: Request) -> None:
     """Every query parameter of this API takes one value: one given twice is refused
     (422) rather than read as whichever came last."""
+    if not request.scope.get("query_string"):
+        return  # nothing to parse (a submit has no query)
     seen: set[str] = set()
     for name, _ in request.query_params.multi_items():
         if name in seen:

@@ -58,6 +58,24 @@ class JsonBody(JSONResponse):
             return orjson.dumps(_encodable(content))
 
 
+class SubmittedBody(JsonBody):
+    """The 202 of POST /v1/generations, its headers written straight into their raw
+    form: what ``JsonBody(submission_body(job), status_code=202, headers=...)`` makes
+    (the given headers, then Content-Length and Content-Type, in that order), without
+    Starlette's general-purpose header assembly on every submit."""
+
+    def __init__(self, job: Job, *, replayed: bool) -> None:
+        self.status_code = 202
+        self.background = None
+        body = self.body = self.render(submission_body(job))
+        raw = [(b"location", f"/v1/generations/{job.job_id}".encode("latin-1"))]
+        if replayed:
+            raw.append((b"idempotent-replayed", b"true"))
+        raw.append((b"content-length", str(len(body)).encode("latin-1")))
+        raw.append((b"content-type", b"application/json"))
+        self.raw_headers = raw
+
+
 def error_body(error: JobError | None) -> dict[str, str] | None:
     if error is None:
         return None

@@ -36,11 +36,11 @@ from ferryman.http.schemas import Job, JobHistory, JobPage, Submission
 from ferryman.http.views import (
     Cursor,
     JsonBody,
+    SubmittedBody,
     attempt_body,
     event_body,
     job_body,
     list_item_body,
-    submission_body,
 )
 from ferryman.services.intake import SubmitRequest
 
@@ -89,10 +89,7 @@ async def submit(request: Request) -> JSONResponse:
     )
     job = submission.job
     info.job_id = job.job_id
-    headers = {"Location": f"/v1/generations/{job.job_id}"}
-    if submission.replayed:
-        headers["Idempotent-Replayed"] = "true"
-    return JsonBody(submission_body(job), status_code=202, headers=headers)
+    return SubmittedBody(job, replayed=submission.replayed)
 
 
 @router.get(
