@@ -154,33 +154,49 @@ def make_world() -> Callable[..., World]:
         clock = FakeClock()
         queue = InMemoryJobQueue(clock=clock, max_receives=max_receives)
         store = JobLedger(InMemoryJobStore(queue=None if outbox else queue))
-        results = InMemoryResultStore()
-        control = InMemoryControlStore()
         provider = CountingProvider(SimulatedProvider(sleep=_no_sleep), block=block)
-        return World(
-            clock=clock,
-            store=store,
-            queue=queue,
-            results=results,
-            control=control,
-            provider=provider,
-            intake=Intake(
-                store=store,
-                queue=queue,
-                tasks=builtin_tasks(),
-                control=control,
-                clock=clock,
-                idempotency_retention_seconds=3600,
-                catalog=ModelCatalog.serving_own_names([provider]),
-            ),
-            jobs=JobQueries(store=store, results=results, clock=clock),
-            operations=Operations(store=store, queue=queue, control=control, clock=clock),
-            retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
-            lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
-            max_receives=max_receives,
+        return _world(
+            clock, store, queue, provider, retry=retry, lease=lease, max_receives=max_receives
         )
 
     return build
+
+
+def _world(
+    clock: FakeClock,
+    store: JobLedger,
+    queue: Any,
+    provider: CountingProvider,
+    *,
+    retry: RetryPolicy | None = None,
+    lease: LeasePolicy | None = None,
+    max_receives: int = 10,
+) -> World:
+    """A world around the given engine: memory results and control, the built-in tasks."""
+    results = InMemoryResultStore()
+    control = InMemoryControlStore()
+    return World(
+        clock=clock,
+        store=store,
+        queue=queue,
+        results=results,
+        control=control,
+        provider=provider,
+        intake=Intake(
+            store=store,
+            queue=queue,
+            tasks=builtin_tasks(),
+            control=control,
+            clock=clock,
+            idempotency_retention_seconds=3600,
+            catalog=ModelCatalog.serving_own_names([provider]),
+        ),
+        jobs=JobQueries(store=store, results=results, clock=clock),
+        operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
+        lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
+        max_receives=max_receives,
+    )
 
 
 @pytest.fixture
@@ -194,30 +210,7 @@ async def sqlite_world(tmp_path: Path) -> AsyncIterator[World]:
     try:
         queue = SqliteJobQueue(db, clock=clock, max_receives=10)
         store = JobLedger(SqliteJobStore(db, clock=clock))
-        results = InMemoryResultStore()
-        control = InMemoryControlStore()
-        provider = CountingProvider(SimulatedProvider(sleep=_no_sleep))
-        yield World(
-            clock=clock,
-            store=store,
-            queue=queue,  # type: ignore[arg-type]
-            results=results,
-            control=control,
-            provider=provider,
-            intake=Intake(
-                store=store,
-                queue=queue,
-                tasks=builtin_tasks(),
-                control=control,
-                clock=clock,
-                idempotency_retention_seconds=3600,
-                catalog=ModelCatalog.serving_own_names([provider]),
-            ),
-            jobs=JobQueries(store=store, results=results, clock=clock),
-            operations=Operations(store=store, queue=queue, control=control, clock=clock),
-            retry=RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
-            lease=LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
-        )
+        yield _world(clock, store, queue, CountingProvider(SimulatedProvider(sleep=_no_sleep)))
     finally:
         await db.close()
 
