@@ -186,11 +186,15 @@ class JobQueue(Protocol):
 class Received:
     """One delivery of ``ClaimsOnReceive.receive_claiming``, with its job as the
     receive's own transaction read it (None: no such job), and the claim that
-    transaction wrote for it (None: nothing was written to the job)."""
+    transaction wrote for it (None: nothing was written to the job). ``read`` False:
+    the job could not be read there (a row this version cannot decode, a payload it
+    does not know); the delivery is handled as a plain one, which reads it again, so
+    one bad row fails its own delivery only and never the receive of the others."""
 
     delivery: Delivery
     job: Job | None
     claim: Change | None
+    read: bool = True
 
     @property
     def job_after(self) -> Job | None:

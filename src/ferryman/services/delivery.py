@@ -202,6 +202,8 @@ class DeliveryHandler:
     async def handle_received(self, received: Received) -> Verdict:
         """A delivery from a receive that may have claimed its job already (``decide_claim``);
         one it wrote no claim for is handled as ``handle`` would, with its job as read."""
+        if not received.read:
+            return await self.handle(received.delivery, None)
         claim = received.claim
         if claim is None:
             job = received.job

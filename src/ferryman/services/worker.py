@@ -16,6 +16,7 @@ import asyncio
 import collections
 import contextlib
 import math
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -29,7 +30,7 @@ from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdic
 from ferryman.services.limiter import Limiters
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Mapping
+    from collections.abc import Callable, Coroutine, Mapping
 
     from ferryman.core.clock import Clock
     from ferryman.core.job import Job
@@ -226,14 +227,14 @@ class Worker:
                 continue
             if self._claiming is not None:
                 for received in await self._receive_claiming(self._claiming, free):
-                    self._start(received.delivery, self._handler.handle_received(received))
+                    self._start(received.delivery, partial(self._handler.handle_received, received))
                 continue
             batch = await self._receive(free)
             if not batch:
                 continue
             jobs = await self._read_jobs(batch)
             for delivery in batch:
-                self._start(delivery, self._handler.handle(delivery, jobs))
+                self._start(delivery, partial(self._handler.handle, delivery, jobs))
 
     async def _receive_claiming(self, claiming: ClaimsOnReceive, free: int) -> list[Received]:
         """A receive that reads its jobs and writes the claims of those it may claim at
@@ -279,7 +280,9 @@ class Worker:
             log.warning("worker.batch_read_failed", **describe_exception(exc))
             return None
 
-    def _start(self, delivery: Delivery, work: Coroutine[None, None, Verdict]) -> None:
+    def _start(
+        self, delivery: Delivery, work: Callable[[], Coroutine[None, None, Verdict]]
+    ) -> None:
         tenant = delivery.message.tenant_id
         self._tenant_in_flight[tenant] += 1
         task = asyncio.create_task(self._guarded(delivery, work))
@@ -299,9 +302,13 @@ class Worker:
         metrics.IN_FLIGHT.dec()
         self._slot_freed.set()
 
-    async def _guarded(self, delivery: Delivery, work: Coroutine[None, None, Verdict]) -> Verdict:
+    async def _guarded(
+        self, delivery: Delivery, work: Callable[[], Coroutine[None, None, Verdict]]
+    ) -> Verdict:
         try:
-            return await work
+            # Made here, in the task: a task cancelled before it ran leaves no coroutine
+            # never awaited (its claim, if the receive wrote one, ends with its lease).
+            return await work()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the message reappears; the job record is the truth

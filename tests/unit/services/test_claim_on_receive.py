@@ -163,3 +163,41 @@ async def test_a_decision_that_raises_leaves_the_delivery_to_handle(sqlite_world
     assert await worker.run_until_idle() == 1
 
     assert (await world.job(job.job_id)).status is JobStatus.SUCCEEDED
+
+
+async def test_a_job_row_that_cannot_be_read_fails_its_own_delivery_only(sqlite_world, eventually):
+    """A row this version cannot decode (a status from a newer release, say) must not
+    undo the receive it came in: the job behind it still runs, and the bad delivery is
+    counted, as on the plain path, on its way to the dead letters."""
+    import asyncio
+
+    world = sqlite_world
+    worker = world.worker()
+    bad = await world.submit("from a newer release")
+    good = await world.submit("fine")
+
+    def mark(conn):
+        conn.execute("UPDATE jobs SET status = 'ARCHIVED' WHERE job_id = ?", (bad.job_id,))
+
+    await _db(world).write(mark)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+
+        async def good_done() -> bool:
+            return (await world.job(good.job_id)).status is JobStatus.SUCCEEDED
+
+        await eventually(good_done)
+    finally:
+        stop.set()
+        await running
+
+    def receive_counts(conn):
+        return conn.execute(
+            "SELECT receive_count FROM messages WHERE json_extract(body, '$.job_id') = ?",
+            (bad.job_id,),
+        ).fetchall()
+
+    counts = await _db(world).read(receive_counts)
+    assert counts and counts[0][0] >= 1  # received and counted, not rolled back
+    assert world.provider.invocations == 1

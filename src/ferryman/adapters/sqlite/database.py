@@ -161,13 +161,20 @@ class SqliteDatabase:
         self._closed = True
         self.wakeup.close()
         self.cancel_wakeup.close()
-        # First, so a close that fails or is cancelled later never leaves its thread.
-        if self._checkpointer is not None:
-            await asyncio.to_thread(self._checkpointer.close)
-        await asyncio.to_thread(self._writer.close)
-        await asyncio.to_thread(self._reads.close)
-        self._writer_conn.close()
-        self._reader_conn.close()
+        # Each step whatever happened to the one before: a close that failed or was
+        # cancelled halfway must not leave a thread or a connection open.
+        try:
+            if self._checkpointer is not None:
+                await asyncio.to_thread(self._checkpointer.close)
+        finally:
+            try:
+                await asyncio.to_thread(self._writer.close)
+            finally:
+                try:
+                    await asyncio.to_thread(self._reads.close)
+                finally:
+                    self._writer_conn.close()
+                    self._reader_conn.close()
 
 
 def _read_one(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Outcome:

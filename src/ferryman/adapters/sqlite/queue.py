@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ferryman.adapters.sqlite import jobops, messages
 from ferryman.adapters.sqlite.sql import QUEUE
+from ferryman.core.job import SUPPORTED_PAYLOAD_VERSIONS
 from ferryman.ports.queue import (
     DeadLetter,
     DeadLetterReason,
@@ -206,7 +207,7 @@ class SqliteJobQueue:
             )
             ended.append(cursor.after)
             if decide is None:
-                return [Received(delivery=d, job=None, claim=None) for d in deliveries]
+                return [Received(delivery=d, job=None, claim=None, read=False) for d in deliveries]
             return [_claim_received(conn, d, decide) for d in deliveries]
 
         deliveries = await self._db.write(receive)
@@ -245,10 +246,26 @@ class SqliteJobQueue:
 def _claim_received(conn: sqlite3.Connection, delivery: Delivery, decide: Decide) -> Received:
     """The delivery's job as this transaction reads it, and the claim ``decide`` made
     from it, written only if the job still has the revision it expects."""
-    job = jobops.load(conn, delivery.message.job_id)
+    if delivery.message.payload_version not in SUPPORTED_PAYLOAD_VERSIONS:
+        return Received(delivery=delivery, job=None, claim=None, read=False)
+    try:
+        job = jobops.load(conn, delivery.message.job_id)
+    except Exception:  # noqa: BLE001 - this delivery's own failure, met again by handle()
+        # Raised here it would undo the whole receive on every look: the messages
+        # behind this one would never be delivered, and it would never be counted.
+        return Received(delivery=delivery, job=None, claim=None, read=False)
     claim = decide(delivery, job)
-    if claim is not None and not jobops.apply(conn, claim):
-        claim = None
+    if claim is not None:
+        # A claim that fails to write leaves the receive and the other claims whole.
+        conn.execute("SAVEPOINT claim")
+        try:
+            written = jobops.apply(conn, claim)
+        except Exception:  # noqa: BLE001 - handle() claims it again, alone
+            conn.execute("ROLLBACK TO claim")
+            written = False
+        conn.execute("RELEASE claim")
+        if not written:
+            claim = None
     return Received(delivery=delivery, job=job, claim=claim)
 
 
