@@ -93,7 +93,7 @@ def _served(app: Any) -> tuple[Any, FakeSocketTransport]:
     limits = ConnectionLimits(
         header_timeout_seconds=5, keepalive_timeout_seconds=5, max_connections=10
     )
-    config = uvicorn.Config(app, http=protocol_with(limits), log_level="warning", lifespan="off")
+    config = uvicorn.Config(app, http=protocol_with(limits), log_config=None, lifespan="off")
     config.load()
     protocol = config.http_protocol_class(config=config, server_state=ServerState(), app_state={})
     real = FakeSocketTransport()
