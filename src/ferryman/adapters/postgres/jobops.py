@@ -74,23 +74,13 @@ def one_statement(change: Change) -> bool:
     return len(change.closed) <= 1
 
 
-def apply_statement(change: Change) -> Statement[bool]:
-    """``apply`` as one statement: True if the job's revision was the expected one."""
-    return _change_statement(_Item(change, None, None))
-
-
-def apply_and_ack_statement(change: Change, *, message_id: str, token: str) -> Statement[bool]:
-    """``apply_statement`` that also deletes the delivery's message (its id and receipt
-    token) in the same statement, only if the change was written."""
-    return _change_statement(_Item(change, None, (message_id, token)))
-
-
-def apply_with_result_statement(
-    change: Change, *, result: StagedResult, ack: tuple[str, str] | None
+def apply_statement(
+    change: Change, *, result: StagedResult | None = None, ack: tuple[str, str] | None = None
 ) -> Statement[bool]:
-    """``apply_statement`` (with ``ack``, a message id and receipt token: as
-    ``apply_and_ack_statement``) that also writes the result it publishes, only if the
-    change was written and references it."""
+    """``apply`` as one statement: True if the job's revision was the expected one.
+    Only if the change was written, the same statement also writes ``result`` (when the
+    change references it) and deletes the delivery's message ``ack`` (its id and
+    receipt token)."""
     return _change_statement(_Item(change, result, ack))
 
 
@@ -137,19 +127,19 @@ def _result_params(change: Change, result: StagedResult) -> dict[str, Any]:
     return {"r_key": result.key, "r_data": result.data}
 
 
-async def apply_with_result(
+async def apply_with(
     conn: psycopg.AsyncConnection[Any],
     change: Change,
     *,
-    result: StagedResult,
-    ack: tuple[str, str] | None,
+    result: StagedResult | None = None,
+    ack: tuple[str, str] | None = None,
 ) -> bool:
-    """``apply_with_result_statement`` for a change that does not fit one statement: the
-    change, the result and the ack, in the caller's transaction."""
+    """``apply_statement`` for a change that does not fit one statement: the change,
+    the result and the ack, in the caller's transaction."""
     if not await apply(conn, change):
         return False
-    row = _result_params(change, result)
-    if row["r_key"] is not None:
+    row = None if result is None else _result_params(change, result)
+    if row is not None and row["r_key"] is not None:
         await execute(conn, MISC["put_result"], {"key": row["r_key"], "data": row["r_data"]})
     if ack is not None:
         await execute(conn, QUEUE["delete_message"], {"id": ack[0], "token": ack[1]})
@@ -492,16 +482,6 @@ async def apply(conn: psycopg.AsyncConnection[Any], change: Change) -> bool:
                 **report_params(ending.report),
             },
         )
-    return True
-
-
-async def apply_and_ack(
-    conn: psycopg.AsyncConnection[Any], change: Change, *, message_id: str, token: str
-) -> bool:
-    """``apply``, then the delivery's message deleted in the same transaction if it was."""
-    if not await apply(conn, change):
-        return False
-    await execute(conn, QUEUE["delete_message"], {"id": message_id, "token": token})
     return True
 
 

@@ -76,10 +76,24 @@ class PostgresJobStore:
         return outcomes
 
     async def apply(self, change: Change) -> bool:
+        return await self._write(change)
+
+    async def _write(
+        self,
+        change: Change,
+        *,
+        result: StagedResult | None = None,
+        ack: tuple[str, str] | None = None,
+    ) -> bool:
+        """The change, and with it the result it publishes and the ack of its message, in
+        one statement where it fits one, in one group-commit transaction in any case."""
         if jobops.one_statement(change):
-            applied = await self._db.group.run(jobops.apply_statement(change))
+            statement = jobops.apply_statement(change, result=result, ack=ack)
+            applied = await self._db.group.run(statement)
         else:
-            applied = await self._db.group.run(lambda conn: jobops.apply(conn, change))
+            applied = await self._db.group.run(
+                lambda conn: jobops.apply_with(conn, change, result=result, ack=ack)
+            )
         self._after_apply(change, applied)
         return applied
 
@@ -112,19 +126,8 @@ class PostgresJobStore:
         """``apply``, and the delivery's message deleted in the same transaction if the
         change was written (the queue is a table of this database): one group-commit
         wait per job fewer than the outcome followed by ``JobQueue.delete``."""
-        parts = split_receipt(receipt)
-        if parts is None:  # not one of this queue's receipts: nothing it could delete
-            return await self.apply(change)
-        message_id, token = parts
-        if jobops.one_statement(change):
-            statement = jobops.apply_and_ack_statement(change, message_id=message_id, token=token)
-            applied = await self._db.group.run(statement)
-        else:
-            applied = await self._db.group.run(
-                lambda conn: jobops.apply_and_ack(conn, change, message_id=message_id, token=token)
-            )
-        self._after_apply(change, applied)
-        return applied
+        # Not one of this queue's receipts (None): nothing it could delete.
+        return await self._write(change, ack=split_receipt(receipt))
 
     def takes_result(self, result: StagedResult) -> bool:
         """A result staged by this database's own result store (PostgresResultStore)."""
@@ -137,16 +140,9 @@ class PostgresJobStore:
         result it publishes: one group-commit wait per job fewer than ``put`` first."""
         if not self.takes_result(result):
             raise ValueError("a result staged for another database")
-        ack = None if receipt is None else split_receipt(receipt)
-        if jobops.one_statement(change):
-            statement = jobops.apply_with_result_statement(change, result=result, ack=ack)
-            applied = await self._db.group.run(statement)
-        else:
-            applied = await self._db.group.run(
-                lambda conn: jobops.apply_with_result(conn, change, result=result, ack=ack)
-            )
-        self._after_apply(change, applied)
-        return applied
+        return await self._write(
+            change, result=result, ack=None if receipt is None else split_receipt(receipt)
+        )
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
         row = await self._db.fetch_one(JOBS["get_job"], {"job_id": job_id})
