@@ -99,6 +99,15 @@ def response_of(
     )
 
 
+def reusable(conn: h11.Connection, *, broken: bool) -> bool:
+    """Whether a connection whose exchange just ended may go back to the pool: both
+    sides finished cleanly and nothing broke it. If so, h11 is readied for the next."""
+    if broken or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+        return False
+    conn.start_next_cycle()
+    return True
+
+
 class Answer:
     """An answer as h11 frames it, shared by both transports: ``step`` takes h11's events
     until it needs more bytes (False) or the answer is whole (True)."""
@@ -284,10 +293,7 @@ class Http11Transport(httpx.AsyncBaseTransport):
         kept = False
         try:
             response = await self._send_and_read(connection, request, body, timeouts, reused)
-            conn = connection.h11
-            done = conn.our_state is h11.DONE and conn.their_state is h11.DONE
-            if done and not connection.broken:
-                conn.start_next_cycle()
+            if reusable(connection.h11, broken=connection.broken):
                 idle = self._idle.setdefault(origin, [])
                 if len(idle) < self._max_idle and not self._closed:
                     connection.idle_since = time.monotonic()

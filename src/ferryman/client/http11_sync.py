@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 import h11
 import httpx
 
-from ferryman.client.http11 import Answer, Stale, read_outcome, request_bytes, resendable
+from ferryman.client.http11 import (
+    Answer,
+    Stale,
+    read_outcome,
+    request_bytes,
+    resendable,
+    reusable,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -145,10 +152,7 @@ class Http11SyncTransport(httpx.BaseTransport):
         kept = False
         try:
             response = _send_and_read(connection, request, body, timeouts, reused)
-            conn = connection.h11
-            done = conn.our_state is h11.DONE and conn.their_state is h11.DONE
-            if done and not connection.broken:
-                conn.start_next_cycle()
+            if reusable(connection.h11, broken=connection.broken):
                 with self._lock:
                     idle = self._idle.setdefault(origin, [])
                     if len(idle) < self._max_idle and not self._closed:
