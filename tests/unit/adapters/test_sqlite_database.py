@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from ferryman.adapters.sqlite import SqliteDatabase
+from ferryman.adapters.sqlite.writer import begin_immediate
 from ferryman.core.errors import StoreUnavailableError
 
 
@@ -45,7 +46,10 @@ async def test_file_settings_default_to_wal_and_full_sync(db: SqliteDatabase) ->
     assert await db.write(_pragma("journal_mode")) == "wal"
     assert await db.write(_pragma("synchronous")) == 2  # FULL
     assert await db.write(_pragma("foreign_keys")) == 1
-    assert await db.write(_pragma("busy_timeout")) == 10_000
+    # The writer waits for another process's lock itself (writer.begin_immediate), in
+    # finer steps than SQLite's busy handler; the reader keeps the handler.
+    assert await db.write(_pragma("busy_timeout")) == 0
+    assert await db.read(_pragma("busy_timeout")) == 10_000
     assert await db.read(_pragma("journal_mode")) == "wal"
 
 
@@ -213,3 +217,54 @@ async def test_checkpoints_run_beside_the_writer_not_in_its_commits(db: SqliteDa
     await asyncio.sleep(0.2)
     assert checkpointer.checkpoints == runs
     assert await db.read(_keys) == {f"k{i}" for i in range(20)}
+
+
+def _other_process_holds_the_write_lock(path) -> sqlite3.Connection:
+    """Another connection (as another process's) in a write transaction on the file."""
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO results (key, data) VALUES ('theirs', x'01')")
+    return other
+
+
+async def test_a_write_waits_for_another_connections_lock_then_commits(db_path) -> None:
+    db = await SqliteDatabase.open(db_path)
+    other = _other_process_holds_the_write_lock(db_path)
+    try:
+        mine = asyncio.ensure_future(db.write(_insert("mine")))
+        await asyncio.sleep(0.05)
+        assert not mine.done()  # still waiting for the lock, not failed
+        other.execute("COMMIT")
+        assert await mine == "mine"
+        assert await db.read(_keys) == {"theirs", "mine"}
+    finally:
+        other.close()
+        await db.close()
+
+
+async def test_a_lock_held_past_the_busy_timeout_fails_the_write_and_loses_nothing(
+    db_path,
+) -> None:
+    db = await SqliteDatabase.open(db_path, busy_timeout_seconds=0.2)
+    other = _other_process_holds_the_write_lock(db_path)
+    try:
+        with pytest.raises(StoreUnavailableError, match="database is locked"):
+            await db.write(_insert("mine"))
+        other.execute("COMMIT")
+        # The writer carries on once the lock is free, and the failed write left nothing.
+        assert await db.write(_insert("later")) == "later"
+        assert await db.read(_keys) == {"theirs", "later"}
+    finally:
+        other.close()
+        await db.close()
+
+
+def test_begin_immediate_raises_other_errors_at_once(tmp_path) -> None:
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        # Not a lock held elsewhere: no waiting, SQLite's error as it came.
+        with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
+            begin_immediate(conn, patience_seconds=60)
+    finally:
+        conn.close()

@@ -57,11 +57,17 @@ class SqliteDatabase:
         *,
         max_batch: int,
         checkpointer: sqlite3.Connection | None = None,
+        busy_timeout_seconds: float = 10.0,
     ) -> None:
         self.path = path
         self._writer_conn = writer
         self._reader_conn = reader
-        self._writer = GroupCommitWriter(writer, max_batch=max_batch, name="ferryman-sqlite-write")
+        self._writer = GroupCommitWriter(
+            writer,
+            max_batch=max_batch,
+            name="ferryman-sqlite-write",
+            lock_patience_seconds=busy_timeout_seconds,
+        )
         self._reads: BatchingThread[Callable[[sqlite3.Connection], Any]] = BatchingThread(
             self._read_batch, max_batch=MAX_READ_BATCH, name="ferryman-sqlite-read"
         )
@@ -103,7 +109,14 @@ class SqliteDatabase:
             writer, reader, checkpointer = await asyncio.to_thread(
                 _connect_all, target, mode, busy_timeout_seconds, create
             )
-        return cls(target, writer, reader, max_batch=max_batch, checkpointer=checkpointer)
+        return cls(
+            target,
+            writer,
+            reader,
+            max_batch=max_batch,
+            checkpointer=checkpointer,
+            busy_timeout_seconds=busy_timeout_seconds,
+        )
 
     @property
     def commit_count(self) -> int:
@@ -202,6 +215,10 @@ def _connect_all(
         opened.append(reader)
         reader.execute("PRAGMA query_only = ON")
         checkpointer = None
+        # The writer thread waits for other processes' write lock itself, in finer
+        # steps than SQLite's busy handler (writer.begin_immediate); migrating above
+        # still used the handler.
+        writer.execute("PRAGMA busy_timeout = 0")
         if not in_memory:
             writer.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_NET_PAGES}")
             checkpointer = _connect(path, synchronous, busy_timeout_seconds)
