@@ -23,8 +23,12 @@ cpu         CPU seconds per 1,000 jobs of the whole machine (``/proc/stat`` delt
             /proc/<pid>/stat of every process named ``postgres`` (the postmaster,
             its background processes: WAL writer, checkpointer, ...) except the
             client backends of other databases (pg_stat_activity), before and after
-            the phase; ``*_postgres_all_*`` is the whole server, other databases and
-            ended backends included: the two agree when nothing else uses it.
+            the phase; ``*_postgres_clients_*`` is the part of it in this database's
+            client backends (statements and commits; the rest is the WAL writer,
+            checkpointer, autovacuum...); ``*_postgres_all_*`` is the whole server,
+            other databases and ended backends included: it agrees with the first
+            when nothing else uses the server. ``raw_postgres_cpu_ms_per_job``: the
+            same over the two raw loops, one row per statement and per commit.
 floor       ``drain_postgres_cpu_ms_per_job`` is what PostgreSQL itself spends per
             drained job on ferryman's own statements (receive, set-based claim,
             publish with result and ack, in the group commits the drain makes), with
@@ -174,6 +178,8 @@ class ServerCpu:
     # Client backends of other databases (other work on a shared server) and the
     # backend that asked which those are.
     not_ours: frozenset[int]
+    # This database's client backends (the rest of ours: postmaster, background).
+    clients: frozenset[int] = frozenset()
 
     def ours_ticks(self, since: ServerCpu) -> int:
         """Ticks since ``since`` of the processes that serve this database: its backends,
@@ -184,6 +190,15 @@ class ServerCpu:
             s.ticks - (since.processes[pid].ticks if pid in since.processes else 0)
             for pid, s in self.processes.items()
             if pid not in skip
+        )
+
+    def client_ticks(self, since: ServerCpu) -> int:
+        """The part of ours_ticks spent in this database's client backends: running the
+        statements, committing (the rest: WAL writer, checkpointer, autovacuum, ...)."""
+        return sum(
+            s.ticks - (since.processes[pid].ticks if pid in since.processes else 0)
+            for pid, s in self.processes.items()
+            if pid in self.clients and pid not in since.not_ours
         )
 
     def all_ticks(self, since: ServerCpu) -> int:
@@ -201,18 +216,40 @@ def is_local(url: str) -> bool:
     return (urlsplit(url).hostname or "") in LOCAL_HOSTS
 
 
+# Which backends are other work's, and which are this database's clients.
+ACTIVITY = (
+    "SELECT pid, backend_type = 'client backend' "
+    "AND (datname IS DISTINCT FROM current_database() OR pid = pg_backend_pid()), "
+    "backend_type = 'client backend' AND datname = current_database() "
+    "AND pid <> pg_backend_pid() FROM pg_stat_activity"
+)
+
+
+def classified(rows: list[tuple[Any, ...]]) -> ServerCpu | None:
+    """The server's processes now, given pg_stat_activity's answer to ACTIVITY."""
+    processes = postgres_processes()
+    if not processes:
+        return None
+    not_ours = frozenset(int(pid) for pid, other, _ in rows if other)
+    clients = frozenset(int(pid) for pid, _, client in rows if client)
+    return ServerCpu(processes, not_ours, clients)
+
+
 async def server_cpu(url: str) -> ServerCpu | None:
     """The server's processes now, or None when the server is not on this machine."""
     if not is_local(url):
         return None
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        cursor = await conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
-            "AND (datname IS DISTINCT FROM current_database() OR pid = pg_backend_pid())"
-        )
-        not_ours = frozenset(int(row[0]) for row in await cursor.fetchall())
-        processes = postgres_processes()
-    return ServerCpu(processes, not_ours) if processes else None
+        rows = await (await conn.execute(ACTIVITY)).fetchall()
+        return classified(rows)
+
+
+def server_cpu_sync(url: str) -> ServerCpu | None:
+    """server_cpu for the raw loops, which are synchronous."""
+    if not is_local(url):
+        return None
+    with psycopg.connect(url, autocommit=True) as conn:
+        return classified(conn.execute(ACTIVITY).fetchall())
 
 
 def server_ms_per_job(
@@ -221,10 +258,11 @@ def server_ms_per_job(
     """PostgreSQL's CPU-ms per job: ours (this database's backends and the shared
     background processes) and all (the whole server); None when not local."""
     if before is None or after is None:
-        return {"postgres": None, "postgres_all": None}
+        return {"postgres": None, "postgres_clients": None, "postgres_all": None}
     tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     return {
         "postgres": after.ours_ticks(before) * tick_ms / n,
+        "postgres_clients": after.client_ticks(before) * tick_ms / n,
         "postgres_all": after.all_ticks(before) * tick_ms / n,
     }
 
@@ -232,7 +270,8 @@ def server_ms_per_job(
 # --- raw: the server alone ------------------------------------------------------------
 
 
-def raw_rates(url: str, n: int) -> dict[str, float]:
+def raw_rates(url: str, n: int) -> dict[str, float | None]:
+    before = server_cpu_sync(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE raw_jobs (id bigserial PRIMARY KEY, status text NOT NULL, "
@@ -258,12 +297,16 @@ def raw_rates(url: str, n: int) -> dict[str, float]:
                     raise RuntimeError("raw loop: no queued row to claim")
                 conn.execute("UPDATE raw_jobs SET status = 'done' WHERE id = %s", (row[0],))
         claim_s = time.perf_counter() - started
+        # Before the connection closes: its backend's ticks are counted while it lives.
+        after = server_cpu_sync(url)
     insert = n / insert_s
     claim = n / claim_s
     return {
         "raw_insert_per_s": insert,
         "raw_claim_complete_per_s": claim,
         "derived_limit_jobs_per_s": 1 / (1 / insert + 1 / claim),
+        # One commit per step, one row per statement: the comparison for the drain's.
+        "raw_postgres_cpu_ms_per_job": server_ms_per_job(before, after, n)["postgres"],
     }
 
 
@@ -450,6 +493,7 @@ class Usage:
             f"{phase}_worker_processes_cpu_ms_per_job": sum(workers) if workers else None,
             f"{phase}_worker_process_cpu_ms_per_job": workers or None,
             f"{phase}_postgres_cpu_ms_per_job": server["postgres"],
+            f"{phase}_postgres_clients_cpu_ms_per_job": server["postgres_clients"],
             f"{phase}_postgres_all_cpu_ms_per_job": server["postgres_all"],
         }
 
@@ -734,6 +778,12 @@ def print_human(out: dict[str, Any]) -> None:
         ("raw: one INSERT per commit", f"{fmt(out['raw_insert_per_s'])} /s"),
         ("raw: one claim + complete per commit", f"{fmt(out['raw_claim_complete_per_s'])} /s"),
         ("derived one-commit-per-step limit", f"{fmt(out['derived_limit_jobs_per_s'])} jobs/s"),
+        (
+            "  PostgreSQL CPU-ms per job, raw loops",
+            "-"
+            if out["raw_postgres_cpu_ms_per_job"] is None
+            else fmt(out["raw_postgres_cpu_ms_per_job"], 3),
+        ),
         ("ferryman end to end (sim 0 ms)", f"{fmt(out['e2e_jobs_per_s'])} jobs/s"),
         ("  / derived limit", f"{out['e2e_to_derived_limit']:.2f}  (target >= 1)"),
         (
@@ -802,7 +852,8 @@ def cpu_rows(out: dict[str, Any], phase: str) -> list[tuple[str, str]]:
         "PostgreSQL not on this machine: not measured"
         if out[f"{phase}_postgres_cpu_ms_per_job"] is None
         else f"PostgreSQL {ms('postgres_cpu_ms_per_job')} "
-        f"(whole server {ms('postgres_all_cpu_ms_per_job')})"
+        f"(its client backends {ms('postgres_clients_cpu_ms_per_job')}; "
+        f"whole server {ms('postgres_all_cpu_ms_per_job')})"
     )
     return [
         (
