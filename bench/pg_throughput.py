@@ -8,6 +8,9 @@ raw         the server alone, from one connection, one job at a time: one INSERT
             commit, then one ``FOR UPDATE SKIP LOCKED`` claim + complete per commit.
             One commit per step tops out at the harmonic combination of the two (the
             derived limit: ``1 / (1/insert + 1/claim_complete)``).
+Every phase in this process runs on the event loop ``ferryman serve`` and ``ferryman
+worker`` run on (uvloop; ``--loop asyncio`` for asyncio's own).
+
 e2e         Intake + Worker (``sim`` model, 0 ms) in this process over the real engine,
             workers warmed first; jobs submitted ``--batch`` at a time; the rate is
             N / (first accept -> last SUCCEEDED), from the jobs' own timestamps.
@@ -73,7 +76,7 @@ from harness import TENANT, fmt, generate_request, percentile, print_table, quie
 from peer_systems import run_procrastinate, scratch_database
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
     from ferryman.wiring import Runtime
 
@@ -711,6 +714,14 @@ async def ferryman_round(server: str, args: argparse.Namespace) -> dict[str, Any
 # --- the run ---------------------------------------------------------------------------
 
 
+def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The loop ``ferryman serve`` and ``ferryman worker`` run on (uvloop), unless
+    ``--loop asyncio``: in-process and worker-process figures on the same loop."""
+    from ferryman.cli.serving import event_loop_factory
+
+    return asyncio.new_event_loop if args.loop == "asyncio" else event_loop_factory()
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     server = server_url(args.database)
     rounds: list[dict[str, Any]] = []
@@ -718,7 +729,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         figures: dict[str, Any] = {}
         with scratch(server, "raw") as url:
             figures.update(raw_rates(url, args.raw_jobs))
-        figures.update(asyncio.run(ferryman_round(server, args)))
+        with asyncio.Runner(loop_factory=loop_factory(args)) as runner:
+            figures.update(runner.run(ferryman_round(server, args)))
         rounds.append(figures)
     out: dict[str, Any] = {k: median_of(r[k] for r in rounds) for k in rounds[0]}
     out.setdefault("drain_jobs_per_s", None)
@@ -756,6 +768,7 @@ def settings_of(args: argparse.Namespace, start_load: float) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "pool_max_size": args.pool,
         "worker_processes": args.worker_processes,
+        "loop": args.loop,
         "postgres_local": is_local(args.database),
         "group_max_batch": args.group_max_batch,
         "group_lanes": args.group_lanes,
@@ -832,6 +845,7 @@ def print_human(out: dict[str, Any]) -> None:
         f"ferryman on PostgreSQL {s['postgresql']}: {s['jobs']} jobs x {s['rounds']} rounds "
         f"(medians), concurrency={s['concurrency']}, pool={s['pool_max_size']}, "
         f"worker processes={s['worker_processes'] or 'none (in this process)'}, "
+        f"loop={s['loop']}, "
         f"load {s['load_average_1m']['start']:.1f} -> {s['load_average_1m']['end']:.1f}"
     )
     print_table(title, rows)
@@ -884,6 +898,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--group-lanes", type=int, default=GROUP_LANES, help="group commits in flight at once"
+    )
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="this process's event loop (worker processes run ferryman's own: uvloop)",
     )
     parser.add_argument(
         "--worker-processes",

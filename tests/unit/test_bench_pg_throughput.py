@@ -7,6 +7,7 @@ package: its modules are loaded by path, under the names it imports them by.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import sys
@@ -195,3 +196,11 @@ def test_bad_worker_process_options_are_refused(
         pg.parse_args(["--database", "postgresql://x@127.0.0.1/y", *extra])
     assert exited.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_this_process_runs_on_ferrymans_loop_unless_asked_for_asyncios() -> None:
+    from ferryman.cli.serving import event_loop_factory
+
+    url = ["--database", "postgresql://x@127.0.0.1/y"]
+    assert pg.loop_factory(pg.parse_args(url)) is event_loop_factory()
+    assert pg.loop_factory(pg.parse_args([*url, "--loop", "asyncio"])) is asyncio.new_event_loop
