@@ -446,8 +446,8 @@ class WorkerProcesses:
         env = worker_env(url, args)
         return cls(
             [
-                # Its banner on stdout would land inside --json's output; errors still
-                # reach stderr.
+                # Nothing of theirs may land inside --json's output; their banner and
+                # errors go to stderr.
                 await asyncio.create_subprocess_exec(
                     *command,
                     env=env,
@@ -651,23 +651,30 @@ async def drain(url: str, args: argparse.Namespace) -> dict[str, Any]:
     start. Worker processes: started (workers paused) before the queue is filled, so
     their start-up is not in the figures; resumed, the rate is from the first claim."""
     async with open_ferryman(url, args) as runtime:
-        if args.worker_processes:
-            await pause_workers(runtime, paused=True)
-            workers: Workers = await WorkerProcesses.start(url, args)
-            await submit(runtime, 0, args.jobs, batch=args.batch)
-            await asyncio.sleep(PROCESS_START_SECONDS)
-        else:
-            await submit(runtime, 0, args.jobs, batch=args.batch)
+        workers: Workers = NO_WORKERS
         try:
             if args.worker_processes:
-                before = await Usage.now(url, workers)
+                await pause_workers(runtime, paused=True)
+                workers = await WorkerProcesses.start(url, args)
+            await submit(runtime, 0, args.jobs, batch=args.batch)
+            if args.worker_processes:
+                await asyncio.sleep(PROCESS_START_SECONDS)
+            group = runtime.queue._db.group  # type: ignore[attr-defined]
+            commits = group.batches
+            if TALLY is not None:
+                TALLY.statements = TALLY.lends = 0
+            before = await Usage.now(url, workers)
+            if args.worker_processes:
                 await pause_workers(runtime, paused=False)
             else:
-                before = await Usage.now(url, NO_WORKERS)
                 workers = Running.start(runtime, args.concurrency)
             started = time.time()
             await wait_succeeded(url, args.jobs)
             used = (await Usage.now(url, workers)).per_job(before, args.jobs, "drain")
+            if TALLY is not None and not args.worker_processes:
+                # What PostgreSQL was asked per drained job (the polls for the end too).
+                used["drain_statements_per_job"] = TALLY.statements / args.jobs
+                used["drain_group_commits_per_job"] = (group.batches - commits) / args.jobs
         finally:
             await workers.close()
     times = await job_times(url, 0.0)
@@ -834,6 +841,13 @@ def print_human(out: dict[str, Any]) -> None:
             (
                 "per job (e2e): statements / pooled lends",
                 f"{out['statements_per_job']:.2f} / {out['lends_per_job']:.2f}",
+            )
+        )
+    if "drain_statements_per_job" in out:
+        rows.append(
+            (
+                "per job (drain): statements / group commits",
+                f"{out['drain_statements_per_job']:.2f} / {out['drain_group_commits_per_job']:.3f}",
             )
         )
     if peer:
