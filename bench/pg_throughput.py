@@ -41,6 +41,11 @@ floor       ``drain_postgres_cpu_ms_per_job`` is what PostgreSQL itself spends p
             not in a replay of the statements: a replay would need its own copy of
             the receive/claim/publish statements and their batching, and could drift
             from them; the cost is that batch sizes are the ones this drain reached.)
+            It falls as batches grow (fewer statements per job), so read it beside
+            ``--count``'s ``drain_statements_per_job``, and for the floor proper run
+            the drain at more slots and a larger group commit as well
+            (``--concurrency 256 --group-max-batch 256``): what stays per job as the
+            statements per job go to zero is PostgreSQL's per-row work.
 --worker-processes N  e2e and drain with N ``ferryman worker --no-sweeper`` processes
             (the settings of the in-process worker, through FERRYMAN_* variables)
             doing the work and intake left in this process: API and workers on
