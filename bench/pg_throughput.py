@@ -844,7 +844,8 @@ def print_human(out: dict[str, Any]) -> None:
     if "statements_per_job" in out:
         rows.append(
             (
-                "per job (e2e): statements / pooled lends",
+                "per job (e2e): statements / pooled lends"
+                + (" (intake's only)" if s["worker_processes"] else ""),
                 f"{out['statements_per_job']:.2f} / {out['lends_per_job']:.2f}",
             )
         )
