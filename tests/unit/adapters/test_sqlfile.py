@@ -36,7 +36,7 @@ class _AnyParams(dict):  # type: ignore[type-arg]
 @pytest.mark.parametrize("queries", [sql.JOBS, sql.QUEUE, sql.MISC], ids=["jobs", "queue", "misc"])
 def test_every_block_compiles_against_the_schema(queries: Queries) -> None:
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    migrate(conn)
+    migrate(conn, patience_seconds=10)
     assert len(queries) > 0
     for name, text in queries.items():
         try:

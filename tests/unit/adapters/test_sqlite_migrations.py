@@ -61,20 +61,20 @@ async def test_a_file_from_before_migrations_is_upgraded_not_stranded(tmp_path) 
 
 def test_migrating_twice_applies_nothing_the_second_time(tmp_path) -> None:
     conn = sqlite3.connect(tmp_path / "twice.db", isolation_level=None)
-    assert migrate(conn) == list(range(1, latest_version() + 1))
-    assert migrate(conn) == []
+    assert migrate(conn, patience_seconds=10) == list(range(1, latest_version() + 1))
+    assert migrate(conn, patience_seconds=10) == []
     assert applied_version(conn) == latest_version()
 
 
 def test_a_schema_newer_than_this_code_is_refused(tmp_path) -> None:
     conn = sqlite3.connect(tmp_path / "future.db", isolation_level=None)
-    migrate(conn)
+    migrate(conn, patience_seconds=10)
     conn.execute(
         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)",
         (latest_version() + 1,),
     )
     with pytest.raises(SchemaTooNewError, match="upgrade ferryman"):
-        migrate(conn)
+        migrate(conn, patience_seconds=10)
 
 
 async def test_a_new_file_and_its_directory_are_the_owners_only(tmp_path) -> None:

@@ -210,15 +210,14 @@ def _connect_all(
     writer = _connect(path, synchronous, busy_timeout_seconds)
     opened = [writer]
     try:
-        migrate(writer)
+        # The writer waits for other processes' write lock itself, in finer steps than
+        # SQLite's busy handler (writer.begin_immediate), from the migration on.
+        writer.execute("PRAGMA busy_timeout = 0")
+        migrate(writer, patience_seconds=busy_timeout_seconds)
         reader = _connect(path, synchronous, busy_timeout_seconds)
         opened.append(reader)
         reader.execute("PRAGMA query_only = ON")
         checkpointer = None
-        # The writer thread waits for other processes' write lock itself, in finer
-        # steps than SQLite's busy handler (writer.begin_immediate); migrating above
-        # still used the handler.
-        writer.execute("PRAGMA busy_timeout = 0")
         if not in_memory:
             writer.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_NET_PAGES}")
             checkpointer = _connect(path, synchronous, busy_timeout_seconds)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ferryman.adapters.sqlite.sql import SQL_PACKAGE
+from ferryman.adapters.sqlite.writer import begin_immediate
 from ferryman.core.errors import StoreUnavailableError
 
 _FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
@@ -71,10 +72,14 @@ def applied_version(conn: sqlite3.Connection) -> int:
     return 1 if _has_table(conn, "jobs") else 0
 
 
-def migrate(conn: sqlite3.Connection) -> list[int]:
-    """Apply every pending migration in one transaction; return the versions applied."""
+def migrate(conn: sqlite3.Connection, *, patience_seconds: float) -> list[int]:
+    """Apply every pending migration in one transaction; return the versions applied.
+
+    ``conn`` has no busy handler (a busy timeout of 0): the write lock is waited for
+    as the writer thread waits for it (``writer.begin_immediate``), so a process that
+    starts beside busy ones is not the one that keeps losing the lock to them."""
     migrations = available()
-    conn.execute("BEGIN IMMEDIATE")
+    begin_immediate(conn, patience_seconds=patience_seconds)
     try:
         current = applied_version(conn)
         if current > len(migrations):

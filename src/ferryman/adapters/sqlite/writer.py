@@ -67,7 +67,8 @@ def begin_immediate(conn: sqlite3.Connection, *, patience_seconds: float) -> Non
             return
         except sqlite3.OperationalError as exc:
             # Extended codes (SQLITE_BUSY_RECOVERY, ...) carry SQLITE_BUSY in the low byte.
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+            # The module's own errors (not SQLite's) carry no code.
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
                 raise
             now = time.monotonic()
             if deadline is None:
