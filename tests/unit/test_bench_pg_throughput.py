@@ -68,6 +68,43 @@ def test_only_processes_named_postgres_are_read(tmp_path: Path) -> None:
     assert found[12].ticks == 12
 
 
+def _fake_proc(tmp_path: Path, processes: dict[int, int]) -> str:
+    """A /proc of postgres processes: pid -> parent pid."""
+    for pid, ppid in processes.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(
+            _stat_line(pid, "postgres", ppid=ppid, utime=1, stime=0)
+        )
+    return str(tmp_path)
+
+
+def test_only_the_answering_servers_postmaster_and_its_children_count(tmp_path: Path) -> None:
+    # Cluster A: postmaster 100, WAL writer 101, our backend 102, asking backend 103,
+    # another database's autovacuum worker 104. Cluster B: postmaster 200, backend 201.
+    proc = _fake_proc(tmp_path, {100: 1, 101: 100, 102: 100, 103: 100, 104: 100, 200: 1, 201: 200})
+    # (pid, other work's, this database's client, the asking one), as ACTIVITY answers.
+    rows = [
+        (101, False, False, False),
+        (102, False, True, False),
+        (103, True, False, True),
+        (104, True, False, False),
+    ]
+    server = pg.classified(rows, proc)
+    assert server is not None
+    assert sorted(server.processes) == [100, 101, 102, 103, 104]
+    assert server.not_ours == {103, 104}
+    assert server.clients == {102}
+
+
+def test_a_server_whose_backends_this_machine_cannot_see_is_not_measured(
+    tmp_path: Path,
+) -> None:
+    # A server in a container answers with pids of its own namespace.
+    proc = _fake_proc(tmp_path, {100: 1, 101: 100})
+    assert pg.classified([(7, True, False, True)], proc) is None
+    assert pg.classified([], proc) is None
+
+
 # --- the benchmark's share of the server -------------------------------------------------
 
 
