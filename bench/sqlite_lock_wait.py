@@ -8,7 +8,7 @@ commits as a process between group commits does. Each process times how long its
 - ``sqlite``: the connection's busy timeout, so SQLite's own busy handler waits (it
   sleeps 1 ms on the first refusal, then 2, 5, 10 ... up to 100 ms a try);
 - ``ferryman``: no busy timeout, ``adapters/sqlite/writer.begin_immediate`` retries in
-  steps from 50 microseconds to 1 ms.
+  0.2 ms, doubling to 2 ms.
 
 Prints the wait's p50/p90/p99 and the commits per second of all processes together.
 Run: ``.venv/bin/python bench/sqlite_lock_wait.py [--seconds 3] [--json]``.

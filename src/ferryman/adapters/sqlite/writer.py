@@ -11,10 +11,10 @@ paying one each.
 
 The write lock is shared with every other process on the same file. SQLite's own
 busy handler, when it finds the lock taken, sleeps 1 ms first and longer after (up to
-100 ms a try), while another process's commit here takes about a tenth of that: with
+100 ms a try), while another process's commit here takes a few tenths of a millisecond: with
 an API and two workers on one file, one write in ten waited a millisecond or more for
 a lock already free. The writer's connection has no busy handler; ``begin_immediate``
-retries in steps from 50 microseconds, within the same patience.
+retries after 0.2 ms, doubling to 2 ms a wait, within the same patience.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # The first wait for another process's write lock, and the longest one: about the
-# length of one commit here, doubling up to a bound that keeps a freed lock noticed
-# within a millisecond.
-_FIRST_LOCK_WAIT_SECONDS = 0.00005
-_LONGEST_LOCK_WAIT_SECONDS = 0.001
+# length of one commit here, doubling to a bound that notices a freed lock within
+# 2 ms. Shorter first steps (50 µs to 1 ms) waited no less and cost more CPU in
+# retries (docs/benchmarks.md, "Fourth pass").
+_FIRST_LOCK_WAIT_SECONDS = 0.0002
+_LONGEST_LOCK_WAIT_SECONDS = 0.002
 
 
 @contextlib.contextmanager
