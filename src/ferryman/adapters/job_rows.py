@@ -8,6 +8,7 @@ bound as Python bools (SQLite stores them as 0/1).
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Protocol
 
 import orjson
@@ -104,7 +105,14 @@ def job_update_params(job: Job) -> dict[str, Any]:
     }
 
 
+def _shared(text: str | None) -> str | None:
+    return None if text is None else sys.intern(text)
+
+
 def job_from_row(row: Row) -> Job:
+    """The job of a row. Columns that take few values (tenant, task, model, worker)
+    share one string across jobs: a worker holds thousands of jobs in flight, and each
+    row's own copy of them cost about 60 bytes (docs/benchmarks.md, "Calls in flight")."""
     error = None
     if row["error"] is not None:
         data = json.loads(row["error"])
@@ -112,10 +120,10 @@ def job_from_row(row: Row) -> Job:
             code=data["code"], failure_class=FailureClass(data["class"]), message=data["message"]
         )
     return Job(
-        tenant_id=row["tenant_id"],
+        tenant_id=sys.intern(row["tenant_id"]),
         job_id=row["job_id"],
-        task=row["task"],
-        model=row["model"],
+        task=sys.intern(row["task"]),
+        model=sys.intern(row["model"]),
         input=load_json(row["input"]),
         request_hash=row["request_hash"],
         created_at=row["created_at"],
@@ -131,7 +139,7 @@ def job_from_row(row: Row) -> Job:
         invalid_output_count=row["invalid_output_count"],
         fence=row["fence"],
         attempt_id=row["attempt_id"],
-        worker_id=row["worker_id"],
+        worker_id=_shared(row["worker_id"]),
         lease_until=row["lease_until"],
         not_before=row["not_before"],
         cancel_requested=bool(row["cancel_requested"]),
