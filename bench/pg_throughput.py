@@ -87,6 +87,8 @@ if TYPE_CHECKING:
     from ferryman.wiring import Runtime
 
 DONE_TIMEOUT_SECONDS = 600.0
+# A worker process is given this long to stop after SIGTERM before it is killed.
+WORKER_STOP_SECONDS = 30.0
 # The issue's targets, printed beside the figures.
 TARGET_DRAIN = 10_000.0
 TARGET_PICKUP_P50_MS = 10.0
@@ -424,6 +426,9 @@ class Running:
         return cls(stop, asyncio.create_task(runtime.new_worker(concurrency).run(stop)))
 
     def cpu_seconds(self) -> list[float]:
+        if self.task.done():  # the worker ended early: fail now, not after the timeout
+            self.task.result()
+            raise RuntimeError("the in-process worker stopped before the jobs were done")
         return []  # inside this process's own time.process_time()
 
     async def close(self) -> None:
@@ -489,7 +494,11 @@ class WorkerProcesses:
             if process.returncode is None:
                 process.terminate()
         for process in self.processes:
-            await process.wait()
+            try:
+                await asyncio.wait_for(process.wait(), WORKER_STOP_SECONDS)
+            except TimeoutError:  # a worker stuck in its shutdown: the bench still ends
+                process.kill()
+                await process.wait()
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,7 +602,8 @@ async def claims_per_worker(url: str) -> list[int]:
     """Jobs each worker claimed (first attempts), most first."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cursor = await conn.execute(
-            "SELECT count(*) FROM attempts GROUP BY worker_id ORDER BY count(*) DESC"
+            "SELECT count(*) FROM attempts WHERE attempt_no = 1 "
+            "GROUP BY worker_id ORDER BY count(*) DESC"
         )
         return [int(row[0]) for row in await cursor.fetchall()]
 

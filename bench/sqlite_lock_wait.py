@@ -71,7 +71,8 @@ def run_mode(mode: str, args: argparse.Namespace, directory: Path) -> dict[str, 
     ]
     for process in processes:
         process.start()
-    results = [out.get() for _ in processes]
+    # A process that died puts nothing: give up rather than wait for ever.
+    results = [out.get(timeout=args.seconds + 60) for _ in processes]
     for process in processes:
         process.join()
     waits = sorted(w for _, ws in results for w in ws)

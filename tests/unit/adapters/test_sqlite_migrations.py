@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+import threading
 
 import pytest
 
@@ -94,3 +95,23 @@ async def test_without_create_a_missing_file_is_an_error_and_nothing_is_made(tmp
     with pytest.raises(DatabaseMissingError, match="no database file"):
         await SqliteDatabase.open(path, create=False)
     assert not path.parent.exists()
+
+
+def test_migrate_waits_for_a_write_lock_another_connection_holds(tmp_path) -> None:
+    path = tmp_path / "held.db"
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode = WAL")
+    setup.close()
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.05, lambda: holder.execute("COMMIT"))
+    conn = sqlite3.connect(path, isolation_level=None)
+    # No busy handler: the migration's own wait (writer.begin_immediate) must do it.
+    conn.execute("PRAGMA busy_timeout = 0")
+    release.start()
+    try:
+        assert migrate(conn, patience_seconds=5) == list(range(1, latest_version() + 1))
+    finally:
+        release.join()
+        holder.close()
+        conn.close()
