@@ -227,13 +227,7 @@ class JobLedger:
         """The change ``claim`` would write for the job as given (core's claim rule),
         or None when it cannot be claimed now. For an engine that writes it itself
         under the same revision check (ports/queue.py's ClaimsOnReceive)."""
-        return _claim_rule(
-            attempt_id=request.attempt_id,
-            worker_id=request.worker_id,
-            now=request.now,
-            lease_until=request.lease_until,
-            max_deliveries_without_outcome=request.max_deliveries_without_outcome,
-        )(job)
+        return _requested_rule(request)(job)
 
     @staticmethod
     def claimed(change: Change) -> ClaimResult:
@@ -248,16 +242,7 @@ class JobLedger:
         that failed on its own has its exception in its place, so it never hides the
         others' results (a job claimed and then left alone would wait for its lease to
         end, and count a delivery without an outcome)."""
-        rules = [
-            _claim_rule(
-                attempt_id=c.attempt_id,
-                worker_id=c.worker_id,
-                now=c.now,
-                lease_until=c.lease_until,
-                max_deliveries_without_outcome=c.max_deliveries_without_outcome,
-            )
-            for c in claims
-        ]
+        rules = [_requested_rule(c) for c in claims]
         proposed = [rule(c.known) for rule, c in zip(rules, claims, strict=True)]
         to_apply = [change for change in proposed if change is not None]
         applied = iter(await self._apply_many(to_apply)) if to_apply else iter(())
@@ -602,6 +587,16 @@ def _claim_rule(
             return None
 
     return rule
+
+
+def _requested_rule(request: ClaimRequest) -> Callable[[Job], Change | None]:
+    return _claim_rule(
+        attempt_id=request.attempt_id,
+        worker_id=request.worker_id,
+        now=request.now,
+        lease_until=request.lease_until,
+        max_deliveries_without_outcome=request.max_deliveries_without_outcome,
+    )
 
 
 def _claim_result(job: Job, change: Change | None) -> ClaimResult:
