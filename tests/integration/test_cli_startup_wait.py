@@ -51,3 +51,38 @@ def test_a_worker_whose_database_refuses_connections_keeps_retrying() -> None:
         proc.wait(timeout=10)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def test_a_worker_on_a_missing_sqlite_file_waits_for_it_and_makes_none(tmp_path) -> None:
+    path = tmp_path / "mistyped.db"
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": f"sqlite:///{path}",
+        "FERRYMAN_RESULTS_URL": f"file://{tmp_path / 'results'}",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferryman.cli.main", "worker"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        said = proc.stdout.readline()
+        # Named, absolute, and not made: an empty new database would take no jobs.
+        assert f"no database file at {path}" in said, said
+        assert not path.exists()
+        # The API (or `ferryman migrate`) makes it; the worker then starts on it.
+        subprocess.run([sys.executable, "-m", "ferryman.cli.main", "migrate"], env=env, check=True)
+        lines = [said]
+        while "worker.started" not in lines[-1]:
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()

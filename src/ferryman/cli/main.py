@@ -96,8 +96,11 @@ async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
 
     sock = bind(host, port) if roles.api else None
     try:
-        # Started while the database restarts or is still coming up: wait for it.
-        async with open_when_available(lambda: open_runtime(s), say=warn) as runtime:
+        # Started while the database restarts or is still coming up: wait for it. Only a
+        # process that serves the API makes a missing database: a worker pointed at a
+        # mistyped path waits for it, naming it, instead of working on an empty new one.
+        create = roles.api
+        async with open_when_available(lambda: open_runtime(s, create=create), say=warn) as runtime:
             await runtime.prepare_storage()
             bound_port = sock.getsockname()[1] if sock is not None else port
             banner(runtime, host, bound_port, roles)
