@@ -18,6 +18,7 @@ fastapi           the same answer from a FastAPI route taking a ``Request``, sam
 granian           the bare app under granian (one worker, uvloop), if it is installed
 ferryman-memory   ferryman's app and worker in one process on the memory engine (no SQLite)
 ferryman-sqlite   ``ferryman serve`` on SQLite FULL, as the peers benchmark runs it
+ferryman-sqlite-api  ``ferryman api`` on SQLite FULL, no worker: what accepting a job costs alone
 
 Producers (``--producers``), each 32 in flight (``--concurrency``) and sequential:
 
@@ -65,7 +66,15 @@ import peer_systems as peers  # noqa: E402
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-SERVERS = ("bare", "starlette", "fastapi", "granian", "ferryman-memory", "ferryman-sqlite")
+SERVERS = (
+    "bare",
+    "starlette",
+    "fastapi",
+    "granian",
+    "ferryman-memory",
+    "ferryman-sqlite",
+    "ferryman-sqlite-api",
+)
 PRODUCERS = ("ferryman", "httpx", "raw")
 MODES = ("concurrent", "sequential")
 SUBMIT_PATH = "/v1/generations"
@@ -383,7 +392,7 @@ def started(kind: str, root: Path) -> Any:
         argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--workers", "1", "--loop", "uvloop", "--no-ws"]
         argv += ["--log-level", "warning", "http_floor:bare_app"]
-    elif kind == "ferryman-sqlite":
+    elif kind in ("ferryman-sqlite", "ferryman-sqlite-api"):
         env["FERRYMAN_DATABASE_URL"] = f"sqlite:///{root / 'ferryman.db'}"
         env["FERRYMAN_RESULTS_URL"] = f"file://{root / 'results'}"
         made = subprocess.run(
@@ -394,7 +403,8 @@ def started(kind: str, root: Path) -> Any:
             check=True,
         )
         key = made.stdout.strip().splitlines()[-1]
-        argv = [sys.executable, "-m", "ferryman", "serve", "--port", str(port)]
+        command = "serve" if kind == "ferryman-sqlite" else "api"
+        argv = [sys.executable, "-m", "ferryman", command, "--port", str(port)]
     elif kind == "ferryman-memory":
         env["FERRYMAN_DATABASE_URL"] = "memory://"
         key_file = root / "key"
