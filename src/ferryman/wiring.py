@@ -177,6 +177,7 @@ class Runtime:
             failpoints=s.failpoint_set(),
             shutdown_grace_seconds=s.shutdown_grace_seconds,
             receive_wait_seconds=s.receive_wait_seconds,
+            receive_linger_seconds=s.receive_linger_seconds,
             max_receives=s.max_receives,
             tenant_max_share=s.tenant_max_share,
             cancel_check_seconds=s.cancel_check_seconds,

@@ -50,6 +50,7 @@ def test_defaults_of_the_extra_knobs() -> None:
     assert s.sqlite_synchronous == "FULL"
     assert (s.tenant_rate_per_second, s.tenant_burst) == (5000, 100)
     assert (s.log_level, s.log_json) == ("INFO", False)
+    assert (s.receive_wait_seconds, s.receive_linger_seconds) == (1.0, 0.005)
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,6 +120,9 @@ def test_malformed_toml_is_a_clear_error(tmp_path: Path) -> None:
         ("FERRYMAN_LEASE_SECONDS", "-1", "greater than 0"),
         ("FERRYMAN_LEASE_SECONDS", "soon", "valid number"),
         ("FERRYMAN_PORT", "70000", "less than or equal to 65535"),
+        # Milliseconds typed where seconds are read.
+        ("FERRYMAN_RECEIVE_LINGER_SECONDS", "5", "less than or equal to 0.5"),
+        ("FERRYMAN_RECEIVE_LINGER_SECONDS", "-0.001", "greater than or equal to 0"),
         ("FERRYMAN_MAX_ATTEMPTS", "0", "greater than or equal to 1"),
         ("FERRYMAN_SQLITE_SYNCHRONOUS", "OFF", "FULL"),
         ("FERRYMAN_LOG_LEVEL", "chatty", "must be one of"),

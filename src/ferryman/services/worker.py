@@ -8,6 +8,12 @@ the cost of a coroutine each. Slots are shared fairly: no tenant holds more than
 quick ones waiting. On stop it receives nothing more, lets running attempts
 finish within the grace period, then gives the rest back: their jobs wait again
 and their messages become visible now, so another worker takes over at once.
+
+Under a steady stream of jobs that arrive one at a time, a receive after one that
+found work, but less than it could take, starts ``receive_linger_seconds`` after it
+(docs/design-notes.md, "Receives linger under a steady stream"): the jobs arriving
+meanwhile share one receive, and one transaction, instead of costing one each. A job
+that arrives alone, later than that, is taken at once.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class Worker:
         failpoints: Failpoints,
         shutdown_grace_seconds: float = 30.0,
         receive_wait_seconds: float = 1.0,
+        receive_linger_seconds: float = 0.0,
         attempt_timeout_seconds: float | None = None,
         max_receives: int = 10,
         tenant_max_share: float = 1.0,
@@ -83,6 +90,8 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         if not 0 < tenant_max_share <= 1:
             raise ValueError("tenant_max_share must be within (0, 1]")
+        if receive_linger_seconds < 0:
+            raise ValueError("receive_linger_seconds must be at least 0")
         self.worker_id = worker_id
         self._store = store
         self._queue = queue
@@ -92,6 +101,7 @@ class Worker:
         self._concurrency = concurrency
         self._grace_seconds = shutdown_grace_seconds
         self._wait_seconds = receive_wait_seconds
+        self._linger_seconds = receive_linger_seconds
         self._cancel_check_seconds = cancel_check_seconds
         # Deliveries in flight per tenant, live: the receive reads it at every look.
         self._tenant_in_flight: collections.Counter[str] = collections.Counter()
@@ -226,8 +236,10 @@ class Worker:
                 await self._results.wait_until_healthy(stop)
                 continue
             if self._claiming is not None:
-                for received in await self._receive_claiming(self._claiming, free):
+                taken = await self._receive_claiming(self._claiming, free)
+                for received in taken:
                     self._start(received.delivery, partial(self._handler.handle_received, received))
+                await self._linger(stop, len(taken), free)
                 continue
             batch = await self._receive(free)
             if not batch:
@@ -235,6 +247,20 @@ class Worker:
             jobs = await self._read_jobs(batch)
             for delivery in batch:
                 self._start(delivery, partial(self._handler.handle, delivery, jobs))
+            await self._linger(stop, len(batch), free)
+
+    async def _linger(self, stop: asyncio.Event, taken: int, free: int) -> None:
+        """After a receive that took some work but less than it could, because nothing
+        more was waiting: let the jobs that arrive next gather for one receive. A full
+        receive goes on at once (more may be waiting), and so does one that a tenant's
+        share may have cut short (that tenant's next job waits only for a free slot);
+        an empty one has already waited for work."""
+        if not (self._linger_seconds > 0 and 0 < taken < min(free, MAX_RECEIVE_BATCH)):
+            return
+        cap = self._budget.max_per_tenant
+        if any(held >= cap for held in self._tenant_in_flight.values()):
+            return
+        await _wait_or(stop, self._linger_seconds)
 
     async def _receive_claiming(self, claiming: ClaimsOnReceive, free: int) -> list[Received]:
         """A receive that reads its jobs and writes the claims of those it may claim at
