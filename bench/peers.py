@@ -13,6 +13,9 @@ ferryman-single       ``ferryman serve``, ``ferryman.AsyncClient`` with 32 submi
 ferryman-batch        ``ferryman serve``, ``Client.submit_many`` in batches of up to 1,000
 ferryman-split-single ``ferryman api`` + ``ferryman worker`` processes, 32 submits in flight
 ferryman-split-batch  ``ferryman api`` + ``ferryman worker`` processes, ``Client.submit_many``
+ferryman-accept       ``ferryman api`` alone, no worker: the sequential client's jobs are
+                      accepted and never run. Not end to end: first submit -> last 202,
+                      the most any sequential row could reach on this machine
 
 ``serve`` is one process, so one core runs its intake and its worker. The split rows run
 one ``ferryman api`` and ``--split-workers`` ``ferryman worker`` processes, by default one
@@ -117,6 +120,12 @@ SYSTEMS: dict[str, System] = {
         _ours(
             "ferryman-split-batch", SPLIT, "`Client.submit_many`, batches of 1,000", "split_batch"
         ),
+        _ours(
+            "ferryman-accept",
+            "ferryman `api` alone, no worker, FULL",
+            "`ferryman.Client`, sequential; accepted, never run (first submit -> last 202)",
+            "accept_only",
+        ),
     )
 }
 
@@ -196,6 +205,12 @@ def _services(
     key: str, env: dict[str, str], port: int, logs: Path, *, workers: int = 1
 ) -> list[peers.Service]:
     ready = f"http://127.0.0.1:{port}/readyz"
+    if key == "ferryman-accept":
+        return [
+            peers.Service(
+                "ferryman-api", _ferryman("api", "--port", str(port)), env, logs, ready_url=ready
+            )
+        ]
     if key.startswith("ferryman-split"):
         api = peers.Service(
             "ferryman-api", _ferryman("api", "--port", str(port)), env, logs, ready_url=ready
@@ -221,6 +236,7 @@ _MODES = {
     "ferryman-batch": "batch",
     "ferryman-split-single": "concurrent",
     "ferryman-split-batch": "batch",
+    "ferryman-accept": "accept-only",
 }
 
 
@@ -387,6 +403,8 @@ def report(
         "split_single": _ratio(out["ferryman_split_single_jobs_per_s"], celery),
         "split_batch": _ratio(out["ferryman_split_batch_jobs_per_s"], celery),
         "split_sequential": _ratio(out["ferryman_split_sequential_jobs_per_s"], celery),
+        # Not a target: accepting alone, the ceiling of the sequential rows.
+        "accept_only": _ratio(out["ferryman_accept_only_jobs_per_s"], celery),
     }
     out["targets"] = {
         "single_to_celery": TARGET_SINGLE_TO_CELERY,
@@ -493,6 +511,11 @@ def print_table(out: dict[str, Any]) -> None:
                 continue
             target = targets[name + "_to_celery"]
             print(f"ferryman {name} ({label}) / Celery: {value:.2f} (target >= {target})")
+    if ratios["accept_only"] is not None:
+        print(
+            f"ferryman accepting alone (api, no worker, sequential) / Celery: "
+            f"{ratios['accept_only']:.2f} (not a target: the most a sequential row could reach)"
+        )
     print(
         "CPU counts each system's own processes and the producer's submit loop, "
         "not Redis or PostgreSQL."

@@ -5,6 +5,8 @@ with the key in ``FERRYMAN_API_KEY``. MODE is ``sequential`` (``ferryman.Client`
 submit after another), ``concurrent`` (``ferryman.AsyncClient``, ``--concurrency``
 submits in flight) or ``batch`` (``Client.submit_many`` with up to ``--batch-size``
 jobs a call). A build without ``submit_many`` prints ``{"unavailable": ...}``.
+``accept-only`` submits as ``sequential`` to a service with no worker and waits for
+nothing after the last 202: its "completion" is that 202.
 
 The producer's CPU is counted over the submit loop only. Completion is then polled
 cheaply (is any job still QUEUED, PROCESSING or RETRY_SCHEDULED?), and the last
@@ -100,7 +102,7 @@ def completion_times(client: Client, since: float) -> list[float]:
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("sequential", "concurrent", "batch"))
+    parser.add_argument("mode", choices=("sequential", "concurrent", "batch", "accept-only"))
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--tag", default="m")
     parser.add_argument("--url", required=True)
@@ -122,6 +124,20 @@ def main(argv: Sequence[str]) -> int:
         submit_sequential(client, args.jobs, args.tag, args)
     last_submit = time.time()
     producer_cpu = cpu_seconds() - cpu_before
+    if args.mode == "accept-only":
+        print("FINISHED", flush=True)
+        sys.stdin.readline()
+        client.close()
+        # Every submit above returned its 202 (a refusal raises): n jobs accepted.
+        report = {
+            "first_submit": first_submit,
+            "last_submit": last_submit,
+            "last_completion": last_submit,
+            "completed": args.jobs,
+            "producer_cpu_s": producer_cpu,
+        }
+        print(json.dumps(report), flush=True)
+        return 0
     wait_until_finished(client)
     # Tell the benchmark every job is done, and wait until it has read the CPU counters:
     # paging through the jobs' timestamps below is the instrument, not ferryman's work.

@@ -228,3 +228,22 @@ def test_the_split_rows_are_held_to_the_same_targets_as_serve() -> None:
 def test_split_workers_default_to_one_per_core_as_celerys_prefork_pool() -> None:
     assert peers.parse_args([]).split_workers == (os.cpu_count() or 1)
     assert peers.parse_args(["--split-workers", "3"]).split_workers == 3
+
+
+def test_accepting_alone_is_a_ratio_to_read_not_a_target() -> None:
+    outcomes = {
+        "celery": peers.Outcome([_run(1000)], []),
+        "ferryman-accept": peers.Outcome([_run(780)], []),
+    }
+    out = peers.report(_args(), outcomes, start_load=0.0)
+    assert out["ferryman_accept_only_jobs_per_s"] == pytest.approx(780)
+    assert out["ratios_to_celery"]["accept_only"] == pytest.approx(0.78)
+    assert not any("accept" in name for name in out["targets_met"])
+
+
+def test_accepting_alone_runs_the_api_and_no_worker(tmp_path: Path) -> None:
+    services = peers._services("ferryman-accept", {}, 8000, tmp_path, workers=2)
+    assert [s.name for s in services] == ["ferryman-api"]
+    assert peers._MODES["ferryman-accept"] == "accept-only"
+    split = peers._services("ferryman-split", {}, 8000, tmp_path, workers=2)
+    assert [s.name for s in split] == ["ferryman-api", "ferryman-worker-1", "ferryman-worker-2"]
