@@ -24,7 +24,6 @@ from ferryman.adapters.sqlite import (
     SqliteJobStore,
     SqliteResultStore,
 )
-from ferryman.config import Settings
 from ferryman.core.clock import SystemClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
@@ -96,8 +95,6 @@ class Stack:
             worker_id="bench",
             failpoints=Failpoints(),
             receive_wait_seconds=0.05,
-            # As `ferryman worker` runs by default.
-            receive_linger_seconds=Settings.model_fields["receive_linger_seconds"].default,
             budgets=budgets,
         )
 

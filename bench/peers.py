@@ -262,8 +262,22 @@ def run_ferryman(key: str, args: argparse.Namespace) -> RunFigures | None:
         services = _services(key, env, port, args.log_dir or root, workers=args.split_workers)
         figures = peers.measured_run(services, producer, env, jobs=args.jobs, warmup=args.warmup)
         if figures is not None:
-            figures.extra.update(pickup_ms(root / "ferryman.db", figures.extra["first_submit"]))
+            database = root / "ferryman.db"
+            if key == "ferryman-accept":
+                _check_accepted(database, figures.extra["first_submit"], args.jobs)
+            else:
+                figures.extra.update(pickup_ms(database, figures.extra["first_submit"]))
         return figures
+
+
+def _check_accepted(database: Path, since: float, jobs: int) -> None:
+    """The accept-only producer counts its 202s; the database must hold as many jobs."""
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        (stored,) = conn.execute(
+            "SELECT count(*) FROM jobs WHERE created_at >= ?", (since,)
+        ).fetchone()
+    if stored != jobs:
+        raise RuntimeError(f"{stored} jobs stored for {jobs} accepted")
 
 
 def pickup_ms(database: Path, since: float) -> dict[str, float]:
@@ -388,6 +402,11 @@ def report(
 ) -> dict[str, Any]:
     summaries = {key: summarize(outcome) for key, outcome in outcomes.items()}
     out: dict[str, Any] = {}
+    if summaries.get("ferryman-accept", {}).get("available"):
+        # Nothing ran its jobs: its time ends at the last 202, not at a completion.
+        accept = summaries["ferryman-accept"]
+        accept["measures"] = "first submit -> last 202, no worker (not end to end)"
+        accept.pop("last_submit_to_last_completion_ms", None)
     for key, summary in summaries.items():
         system = SYSTEMS[key]
         out[system.rate_key] = summary.get("jobs_per_s")

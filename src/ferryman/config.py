@@ -167,9 +167,9 @@ class Settings(BaseSettings):
     attempt_timeout_seconds: float = Field(default=45.0, gt=0)
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     receive_wait_seconds: float = Field(default=1.0, ge=0)
-    # After a receive that found some work but not a full batch, the next one waits
-    # this long so jobs arriving one at a time share a receive (0 turns it off). A
-    # job arriving alone later than that is taken at once. At most 0.5 s: more would
+    # After a receive that found some work but not a full batch, and left nothing
+    # visible, the next one waits this long so jobs arriving one at a time share a
+    # receive (0 turns it off). A job arriving alone later than that is taken at once. At most 0.5 s: more would
     # be a mistyped milliseconds figure.
     receive_linger_seconds: float = Field(default=0.005, ge=0, le=0.5)
 

@@ -182,6 +182,25 @@ async def test_stats_count_visible_in_flight_and_the_oldest_age(engine):
     assert (await engine.queue.stats()).oldest_age_seconds == pytest.approx(2, abs=0.01)
 
 
+async def test_any_visible_sees_only_what_a_receive_could_take_now(engine):
+    """Empty, delayed or received-and-hidden: nothing visible. Sent, due, or made
+    visible again: something is, whatever its tenant."""
+    assert await engine.queue.any_visible() is False
+    await engine.queue.send(_message("t1"), delay_seconds=5)
+    assert await engine.queue.any_visible() is False
+
+    engine.advance(6)
+    assert await engine.queue.any_visible() is True
+    [received] = await _receive(engine)
+    assert await engine.queue.any_visible() is False
+
+    await engine.queue.send(_message("t2"))
+    assert await engine.queue.any_visible() is True
+    await engine.queue.delete((await _receive(engine))[0].receipt)
+    assert await engine.queue.change_visibility(received.receipt, timeout_seconds=0)
+    assert await engine.queue.any_visible() is True
+
+
 @pytest.mark.timeout(10)
 async def test_a_waiting_receive_returns_when_a_message_is_sent(engine):
     message = _message()

@@ -247,3 +247,22 @@ def test_accepting_alone_runs_the_api_and_no_worker(tmp_path: Path) -> None:
     assert peers._MODES["ferryman-accept"] == "accept-only"
     split = peers._services("ferryman-split", {}, 8000, tmp_path, workers=2)
     assert [s.name for s in split] == ["ferryman-api", "ferryman-worker-1", "ferryman-worker-2"]
+
+
+def test_the_accept_only_row_says_what_it_measures() -> None:
+    outcomes = {"ferryman-accept": peers.Outcome([_run(900)], [])}
+    summary = peers.report(_args(), outcomes, start_load=0.0)["systems"]["ferryman-accept"]
+    assert "not end to end" in summary["measures"]
+    assert "last_submit_to_last_completion_ms" not in summary
+
+
+def test_an_accept_only_run_whose_jobs_are_not_all_stored_fails(tmp_path: Path) -> None:
+    import sqlite3
+
+    database = tmp_path / "ferryman.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("CREATE TABLE jobs (created_at REAL)")
+        conn.executemany("INSERT INTO jobs VALUES (?)", [(10.0,), (11.0,), (5.0,)])
+    peers._check_accepted(database, since=10.0, jobs=2)
+    with pytest.raises(RuntimeError, match="1 jobs stored for 2 accepted"):
+        peers._check_accepted(database, since=11.0, jobs=2)

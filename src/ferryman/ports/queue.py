@@ -181,6 +181,12 @@ class JobQueue(Protocol):
 
     async def stats(self) -> QueueStats: ...
 
+    async def any_visible(self) -> bool:
+        """Is any message, of any tenant, visible now? One cheap look, stale as soon as
+        it returns: a worker asks it to decide whether to wait a moment before its next
+        receive (services/worker.py), never to decide what to deliver."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Received:

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("ferryman.worker")
 
 MAX_RECEIVE_BATCH = 64
+# As FERRYMAN_RECEIVE_LINGER_SECONDS's default (config.py; a test holds them equal).
+DEFAULT_RECEIVE_LINGER_SECONDS = 0.005
 PAUSE_CHECK_SECONDS = 1.0
 IDLE_BACKOFF_SECONDS = 0.5
 
@@ -78,7 +80,7 @@ class Worker:
         failpoints: Failpoints,
         shutdown_grace_seconds: float = 30.0,
         receive_wait_seconds: float = 1.0,
-        receive_linger_seconds: float = 0.0,
+        receive_linger_seconds: float = DEFAULT_RECEIVE_LINGER_SECONDS,
         attempt_timeout_seconds: float | None = None,
         max_receives: int = 10,
         tenant_max_share: float = 1.0,
@@ -250,17 +252,25 @@ class Worker:
             await self._linger(stop, len(batch), free)
 
     async def _linger(self, stop: asyncio.Event, taken: int, free: int) -> None:
-        """After a receive that took some work but less than it could, because nothing
-        more was waiting: let the jobs that arrive next gather for one receive. A full
-        receive goes on at once (more may be waiting), and so does one that a tenant's
-        share may have cut short (that tenant's next job waits only for a free slot);
-        an empty one has already waited for work."""
+        """After a receive that took some work but less than it could, with nothing
+        left visible: let the jobs that arrive next gather for one receive. A full
+        receive goes on at once, and so does one that left a message visible (a
+        tenant at its share, a tenant the receive did not get to, a message another
+        receiver raced it for); an empty one has already waited for work. A stop ends
+        the wait, and so does a slot freed by a tenant at its share (its next job may
+        be waiting)."""
         if not (self._linger_seconds > 0 and 0 < taken < min(free, MAX_RECEIVE_BATCH)):
             return
-        cap = self._budget.max_per_tenant
-        if any(held >= cap for held in self._tenant_in_flight.values()):
+        freed = self._budget.freed
+        if freed is not None:
+            freed.clear()
+        try:
+            if await self._queue.any_visible():
+                return
+        except Exception as exc:  # noqa: BLE001 - the next receive meets the outage itself
+            log.warning("worker.visible_check_failed", **describe_exception(exc))
             return
-        await _wait_or(stop, self._linger_seconds)
+        await _wait_any((stop, freed), self._linger_seconds)
 
     async def _receive_claiming(self, claiming: ClaimsOnReceive, free: int) -> list[Received]:
         """A receive that reads its jobs and writes the claims of those it may claim at
@@ -377,3 +387,13 @@ async def _wait_or(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await stop.wait()
+
+
+async def _wait_any(events: tuple[asyncio.Event | None, ...], seconds: float) -> None:
+    """Until one of ``events`` is set, or ``seconds`` have passed."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events if event is not None]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

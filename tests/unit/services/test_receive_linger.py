@@ -1,19 +1,25 @@
 """Receives linger under a steady stream (services/worker.py, docs/design-notes.md).
 
-After a receive that took some work but less than it could, the worker's next receive
-starts ``receive_linger_seconds`` later, so jobs that arrive one at a time meanwhile are
-taken together. A full receive goes on at once, and a stop ends the wait. Both receive
-paths are covered: the plain one (memory engine) and the one that claims in its own
-transaction (SQLite)."""
+After a receive that took some work but less than it could, with nothing left
+visible, the worker's next receive starts ``receive_linger_seconds`` later, so jobs
+that arrive one at a time meanwhile are taken together. Work already waiting is never
+held back: a full receive goes on at once, and so does one that left a message
+visible (a tenant at its share, a tenant beyond the receive's window); a slot freed by
+a tenant at its share and a stop end the wait. Both receive paths are covered: the
+plain one (memory engine) and the one that claims in its own transaction (SQLite)."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 import pytest
 
+from ferryman.config import Settings
 from ferryman.core.job import JobStatus
+from ferryman.ports.queue import QueueMessage
+from ferryman.services.worker import Worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,13 +49,13 @@ async def _all_succeeded(world, jobs) -> bool:
 
 
 async def _steady_stream(world, worker, eventually) -> list[int]:
-    """One job, then two more 50 ms apart once the first has been taken."""
+    """One job, then two more 50 ms apart once the first has been received."""
     taken = _record_receives(world)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     try:
         first = await world.submit("first")
-        await eventually(lambda: _all_succeeded(world, [first]))
+        await eventually(lambda: _received(taken, 1))
         second = await world.submit("second")
         await asyncio.sleep(0.05)
         third = await world.submit("third")
@@ -61,6 +67,10 @@ async def _steady_stream(world, worker, eventually) -> list[int]:
     return taken
 
 
+async def _received(taken: list[int], n: int) -> bool:
+    return sum(taken) >= n
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 def any_world(request, make_world):
     if request.param == "memory":
@@ -69,7 +79,7 @@ def any_world(request, make_world):
 
 
 async def test_jobs_arriving_during_the_linger_share_one_receive(any_world, eventually):
-    worker = any_world.worker(receive_linger_seconds=1.0)
+    worker = any_world.worker(receive_linger_seconds=3.0)
 
     taken = await _steady_stream(any_world, worker, eventually)
 
@@ -85,21 +95,24 @@ async def test_without_a_linger_each_job_arriving_alone_is_its_own_receive(any_w
 
 
 async def test_a_full_receive_goes_on_at_once(any_world, eventually):
-    """Two slots, four jobs waiting: each receive is full, so none lingers (a linger of
-    30 s after either would outlast the test's timeout)."""
+    """Two slots, two jobs waiting: the receive is full, so it does not linger, and the
+    two jobs submitted after it are taken as soon as slots free (a linger of 30 s would
+    outlast the test's timeout)."""
     world = any_world
-    jobs = [await world.submit(f"job {n}") for n in range(4)]
+    jobs = [await world.submit(f"job {n}", tenant=f"t{n}") for n in range(2)]
     taken = _record_receives(world)
     worker = world.worker(concurrency=2, receive_linger_seconds=30.0)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
     try:
+        await eventually(lambda: _received(taken, 2))
+        jobs += [await world.submit(f"job {n}", tenant=f"t{n % 2}") for n in range(2, 4)]
         await eventually(lambda: _all_succeeded(world, jobs), within_seconds=20)
     finally:
         stop.set()
         await asyncio.wait_for(running, 10)
+    assert taken[0] == 2
     assert sum(taken) == 4
-    assert all(n == 2 for n in taken)
 
 
 async def test_a_stop_ends_the_linger(any_world, eventually):
@@ -147,3 +160,88 @@ async def test_a_receive_a_tenants_share_cut_short_does_not_linger(any_world, ev
 
 async def _in_flight(worker, n: int) -> bool:
     return worker.in_flight == n
+
+
+async def test_a_receive_whose_tenant_window_left_a_job_waiting_does_not_linger(
+    sqlite_world, eventually
+):
+    """A receive looks at 64 tenants with messages at most (hidden ones count). With 70
+    such tenants before it, tenant zzz's visible job is beyond the first receive's
+    window: the receive takes tenant a's job alone, and the worker must go on to the
+    next window rather than linger 30 s."""
+    world = sqlite_world
+    for n in range(70):
+        await world.queue.send(
+            QueueMessage(job_id=f"never-{n}", tenant_id=f"t{n:02d}"), delay_seconds=10_000
+        )
+    first = await world.submit("a's", tenant="a")
+    last = await world.submit("zzz's", tenant="zzz")
+    taken = _record_receives(world)
+    worker = world.worker(receive_linger_seconds=30.0)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await eventually(lambda: _all_succeeded(world, [first, last]), within_seconds=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert taken == [1, 1]
+
+
+async def test_a_tenant_at_its_share_freeing_a_slot_during_the_receive_is_not_held_back(
+    make_world, eventually
+):
+    """Tenant a holds its two slots with a third job waiting; a receive takes tenant b's
+    job while a's calls end. a's third job, waiting all along, is taken next, not a
+    30 s linger later."""
+    world = make_world()
+    release = asyncio.Event()
+    world.provider.block = release
+    a_jobs = [await world.submit(f"a {n}", tenant="a") for n in range(3)]
+    worker = world.worker(concurrency=4, tenant_max_share=0.5, receive_linger_seconds=30.0)
+    inner = world.queue.receive
+
+    async def receive_then_free_a(*args, **kwargs):
+        got = await inner(*args, **kwargs)
+        if [d.message.tenant_id for d in got] == ["b"]:
+            release.set()
+            await eventually(lambda: _in_flight(worker, 0))
+        return got
+
+    world.queue.receive = receive_then_free_a
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await eventually(lambda: _in_flight(worker, 2))
+        b_job = await world.submit("b's", tenant="b")
+        await eventually(lambda: _all_succeeded(world, [*a_jobs, b_job]), within_seconds=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
+async def test_a_slot_freed_by_a_tenant_at_its_share_ends_the_linger(make_world, eventually):
+    """Tenant a's two jobs (its share of four slots) and tenant b's one are taken in one
+    receive, which lingers (nothing else visible). a's third job arrives, which only a
+    freed slot of a's may take: when a's calls end, the linger ends, not 30 s later."""
+    world = make_world()
+    release = asyncio.Event()
+    world.provider.block = release
+    jobs = [await world.submit(f"a {n}", tenant="a") for n in range(2)]
+    jobs.append(await world.submit("b's", tenant="b"))
+    worker = world.worker(concurrency=4, tenant_max_share=0.5, receive_linger_seconds=30.0)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await eventually(lambda: _in_flight(worker, 3))
+        jobs.append(await world.submit("a 2", tenant="a"))
+        release.set()
+        await eventually(lambda: _all_succeeded(world, jobs), within_seconds=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
+def test_a_worker_lingers_as_the_setting_does_by_default():
+    default = inspect.signature(Worker).parameters["receive_linger_seconds"].default
+    assert default == Settings.model_fields["receive_linger_seconds"].default

@@ -84,6 +84,10 @@ class InMemoryJobQueue:
                 except TimeoutError:
                     pass
 
+    async def any_visible(self) -> bool:
+        now = self._clock.now()
+        return any(stored.visible_at <= now for stored in self._messages.values())
+
     def _take(
         self, max_messages: int, visibility_timeout_seconds: float, budget: TenantBudget | None
     ) -> list[Delivery]:

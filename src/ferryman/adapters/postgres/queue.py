@@ -105,6 +105,10 @@ class PostgresJobQueue:
         async with self._db.transaction() as conn:
             return await messages.receive(conn, request, self._tenant_cursor)
 
+    async def any_visible(self) -> bool:
+        now = self._clock.now()
+        return await self._db.fetch_one(QUEUE["any_visible"], {"now": now}) is not None
+
     async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
         parts = messages.split_receipt(receipt)
         if parts is None:

@@ -239,6 +239,9 @@ class SqliteJobQueue:
             lambda conn: conn.execute(QUEUE["delete_dead_letter"], {"id": dead_letter_id})
         )
 
+    async def any_visible(self) -> bool:
+        return await self._db.read(partial(_any_visible, now=self._clock.now()))
+
     async def stats(self) -> QueueStats:
         return await self._db.read(partial(_stats, now=self._clock.now()))
 
