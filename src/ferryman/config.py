@@ -169,8 +169,8 @@ class Settings(BaseSettings):
     receive_wait_seconds: float = Field(default=1.0, ge=0)
     # After a receive that found some work but not a full batch, and left nothing
     # visible, the next one waits this long so jobs arriving one at a time share a
-    # receive (0 turns it off). A job arriving alone later than that is taken at once. At most 0.5 s: more would
-    # be a mistyped milliseconds figure.
+    # receive (0 turns it off). A job arriving alone later than that is taken at once.
+    # At most 0.5 s: more would be a mistyped milliseconds figure.
     receive_linger_seconds: float = Field(default=0.005, ge=0, le=0.5)
 
     # Budgets and backoff.

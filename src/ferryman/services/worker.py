@@ -10,10 +10,11 @@ finish within the grace period, then gives the rest back: their jobs wait again
 and their messages become visible now, so another worker takes over at once.
 
 Under a steady stream of jobs that arrive one at a time, a receive after one that
-found work, but less than it could take, starts ``receive_linger_seconds`` after it
-(docs/design-notes.md, "Receives linger under a steady stream"): the jobs arriving
-meanwhile share one receive, and one transaction, instead of costing one each. A job
-that arrives alone, later than that, is taken at once.
+found work, but less than it could take, and left nothing visible, starts
+``receive_linger_seconds`` after it (docs/design-notes.md, "Receives linger under a
+steady stream"): the jobs arriving meanwhile share one receive, and one transaction,
+instead of costing one each. A job that arrives alone, later than that, is taken at
+once.
 """
 
 from __future__ import annotations
