@@ -11,6 +11,7 @@ plain one (memory engine) and the one that claims in its own transaction (SQLite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 
@@ -43,6 +44,18 @@ def _record_receives(world) -> list[int]:
     return taken
 
 
+@contextlib.asynccontextmanager
+async def _running(worker):
+    """The worker running until the block ends, then stopped and awaited."""
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
 async def _all_succeeded(world, jobs) -> bool:
     statuses = [(await world.job(j.job_id)).status for j in jobs]
     return all(status is JobStatus.SUCCEEDED for status in statuses)
@@ -51,18 +64,13 @@ async def _all_succeeded(world, jobs) -> bool:
 async def _steady_stream(world, worker, eventually) -> list[int]:
     """One job, then two more 50 ms apart once the first has been received."""
     taken = _record_receives(world)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
+    async with _running(worker):
         first = await world.submit("first")
         await eventually(lambda: _received(taken, 1))
         second = await world.submit("second")
         await asyncio.sleep(0.05)
         third = await world.submit("third")
         await eventually(lambda: _all_succeeded(world, [first, second, third]))
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
     assert world.provider.invocations == 3
     return taken
 
@@ -102,15 +110,10 @@ async def test_a_full_receive_goes_on_at_once(any_world, eventually):
     jobs = [await world.submit(f"job {n}", tenant=f"t{n}") for n in range(2)]
     taken = _record_receives(world)
     worker = world.worker(concurrency=2, receive_linger_seconds=30.0)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
+    async with _running(worker):
         await eventually(lambda: _received(taken, 2))
         jobs += [await world.submit(f"job {n}", tenant=f"t{n % 2}") for n in range(2, 4)]
         await eventually(lambda: _all_succeeded(world, jobs), within_seconds=20)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
     assert taken[0] == 2
     assert sum(taken) == 4
 
@@ -145,15 +148,10 @@ async def test_a_receive_a_tenants_share_cut_short_does_not_linger(any_world, ev
     jobs = [await world.submit(f"job {n}") for n in range(3)]
     taken = _record_receives(world)
     worker = world.worker(concurrency=4, tenant_max_share=0.5, receive_linger_seconds=30.0)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
+    async with _running(worker):
         await eventually(lambda: _in_flight(worker, 2))
         release.set()
         await eventually(lambda: _all_succeeded(world, jobs), within_seconds=20)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
     assert taken[0] == 2
     assert sum(taken) == 3
 
@@ -178,13 +176,8 @@ async def test_a_receive_whose_tenant_window_left_a_job_waiting_does_not_linger(
     last = await world.submit("zzz's", tenant="zzz")
     taken = _record_receives(world)
     worker = world.worker(receive_linger_seconds=30.0)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
+    async with _running(worker):
         await eventually(lambda: _all_succeeded(world, [first, last]), within_seconds=20)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
     assert taken == [1, 1]
 
 
@@ -209,15 +202,10 @@ async def test_a_tenant_at_its_share_freeing_a_slot_during_the_receive_is_not_he
         return got
 
     world.queue.receive = receive_then_free_a
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
+    async with _running(worker):
         await eventually(lambda: _in_flight(worker, 2))
         b_job = await world.submit("b's", tenant="b")
         await eventually(lambda: _all_succeeded(world, [*a_jobs, b_job]), within_seconds=20)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
 
 
 async def test_a_slot_freed_by_a_tenant_at_its_share_ends_the_linger(make_world, eventually):
@@ -230,16 +218,11 @@ async def test_a_slot_freed_by_a_tenant_at_its_share_ends_the_linger(make_world,
     jobs = [await world.submit(f"a {n}", tenant="a") for n in range(2)]
     jobs.append(await world.submit("b's", tenant="b"))
     worker = world.worker(concurrency=4, tenant_max_share=0.5, receive_linger_seconds=30.0)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
-    try:
+    async with _running(worker):
         await eventually(lambda: _in_flight(worker, 3))
         jobs.append(await world.submit("a 2", tenant="a"))
         release.set()
         await eventually(lambda: _all_succeeded(world, jobs), within_seconds=20)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
 
 
 def test_a_worker_lingers_as_the_setting_does_by_default():
