@@ -263,8 +263,10 @@ class Worker:
         if not (self._linger_seconds > 0 and 0 < taken < min(free, MAX_RECEIVE_BATCH)):
             return
         freed = self._budget.freed
-        if freed is not None:
-            freed.clear()
+        # Set since the receive's look (each look clears it): left set, it also tells
+        # the next receive not to skip its first look (adapters/sqlite/queue.py).
+        if freed is not None and freed.is_set():
+            return
         try:
             if await self._queue.any_visible():
                 return

@@ -74,6 +74,8 @@ class InMemoryJobQueue:
         deadline = loop.time() + max(0.0, wait_seconds)
         async with self._changed:
             while True:
+                if budget is not None and budget.freed is not None:
+                    budget.freed.clear()  # as the other engines: set again by a slot freed after
                 deliveries = self._take(max_messages, visibility_timeout_seconds, budget)
                 remaining = deadline - loop.time()
                 if deliveries or remaining <= 0:
