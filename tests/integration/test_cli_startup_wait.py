@@ -2,15 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.contextmanager
+def _worker(env: dict[str, str], *, output: int) -> Iterator[subprocess.Popen[str]]:
+    """``ferryman worker`` with its log lines on a pipe (stdout with stderr when
+    ``output`` is STDOUT, else stderr alone); killed and closed after the block."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferryman.cli.main", "worker"],
+        env=env,
+        stdout=subprocess.PIPE if output == subprocess.STDOUT else subprocess.DEVNULL,
+        stderr=output,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def _closed_port() -> int:
@@ -24,14 +50,7 @@ def test_a_worker_whose_database_refuses_connections_keeps_retrying() -> None:
         **os.environ,
         "FERRYMAN_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{_closed_port()}/ferryman",
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman.cli.main", "worker"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with _worker(env, output=subprocess.PIPE) as proc:
         assert proc.stderr is not None
         deadline = time.monotonic() + 45
         lines: list[str] = []
@@ -46,11 +65,6 @@ def test_a_worker_whose_database_refuses_connections_keeps_retrying() -> None:
         assert "the database is not available yet" in said, said
         assert "Traceback" not in said, said
         assert proc.poll() is None, "the worker exited instead of waiting"
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def test_a_worker_on_a_missing_sqlite_file_waits_for_it_and_makes_none(tmp_path) -> None:
@@ -60,14 +74,7 @@ def test_a_worker_on_a_missing_sqlite_file_waits_for_it_and_makes_none(tmp_path)
         "FERRYMAN_DATABASE_URL": f"sqlite:///{path}",
         "FERRYMAN_RESULTS_URL": f"file://{tmp_path / 'results'}",
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman.cli.main", "worker"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with _worker(env, output=subprocess.STDOUT) as proc:
         stdout = proc.stdout
         assert stdout is not None
         lines: list[str] = []
@@ -86,8 +93,3 @@ def test_a_worker_on_a_missing_sqlite_file_waits_for_it_and_makes_none(tmp_path)
         subprocess.run([sys.executable, "-m", "ferryman.cli.main", "migrate"], env=env, check=True)
         read_until("worker.started")
         assert proc.poll() is None
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()

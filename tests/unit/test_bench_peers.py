@@ -7,29 +7,15 @@ need none of them. bench/ is not a package: its two modules are loaded by path.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str, file: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
+from bench_modules import load
 
 # peers.py imports ``peer_systems`` by that name, as it does when run as a script.
-peer_systems = _load("peer_systems", "peer_systems.py")
-peers = _load("bench_peers", "peers.py")
+peer_systems = load("peer_systems", "peer_systems.py")
+peers = load("bench_peers", "peers.py")
 
 
 # --- interleaving --------------------------------------------------------------------

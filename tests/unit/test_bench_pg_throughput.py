@@ -8,29 +8,15 @@ package: its modules are loaded by path, under the names it imports them by.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_modules import load
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str, file: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_load("harness", "harness.py")
-_load("peer_systems", "peer_systems.py")
-pg = _load("bench_pg_throughput", "pg_throughput.py")
+load("harness", "harness.py")
+load("peer_systems", "peer_systems.py")
+pg = load("bench_pg_throughput", "pg_throughput.py")
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
