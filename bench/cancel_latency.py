@@ -52,7 +52,8 @@ def _ferryman(*args: str) -> list[str]:
 
 
 def _environment(args: argparse.Namespace, directory: Path) -> dict[str, str]:
-    env = {**os.environ, "FERRYMAN_LOG_LEVEL": "WARNING"}
+    # The held calls are scripted (input.simulate), which a server refuses by default.
+    env = {**os.environ, "FERRYMAN_LOG_LEVEL": "WARNING", "FERRYMAN_SIM_SCRIPTS": "true"}
     if args.database_url:
         env["FERRYMAN_DATABASE_URL"] = args.database_url
         env["FERRYMAN_RESULTS_URL"] = "db"

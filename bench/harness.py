@@ -69,6 +69,8 @@ class Stack:
             control=self.control,
             clock=self.clock,
             idempotency_retention_seconds=RETENTION_SECONDS,
+            # Benchmarks script the sim model (input.simulate); deployments default to off.
+            sim_scripts=True,
         )
 
     def worker(

@@ -233,8 +233,10 @@ class Settings(BaseSettings):
     tasks_dir: str | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
 
-    # The simulated model: may a job's input script it (latency, failures)?
-    sim_scripts: bool = True
+    # The simulated model: may a job's input script it (latency, failures)? Off by
+    # default: a script holds a worker's slots as long as it asks, so only test and
+    # demo deployments (the tutorial, the test suites) turn it on.
+    sim_scripts: bool = False
     # How often a worker looks for cancel requests on the calls it runs.
     cancel_check_seconds: float = Field(default=0.5, gt=0)
 

@@ -77,6 +77,8 @@ def base_env(engine: dict[str, str], **extra: str) -> dict[str, str]:
             "FERRYMAN_SHUTDOWN_GRACE_SECONDS": "1",
             "FERRYMAN_TENANT_RATE_PER_SECOND": "0",
             "FERRYMAN_LOG_LEVEL": "WARNING",
+            # Jobs script the sim model's latency (input.simulate).
+            "FERRYMAN_SIM_SCRIPTS": "true",
         }
     )
     env.update(engine)

@@ -73,6 +73,7 @@ def _env(database: dict[str, str]) -> dict[str, str]:
         FERRYMAN_VISIBILITY_TIMEOUT_SECONDS=str(PERIODIC_CHECK_SECONDS * 2),
         FERRYMAN_PROVIDER_TIMEOUT_SECONDS=str(PERIODIC_CHECK_SECONDS),
         FERRYMAN_LOG_LEVEL="WARNING",
+        FERRYMAN_SIM_SCRIPTS="true",  # slow calls are scripted (input.simulate)
     )
     return env
 

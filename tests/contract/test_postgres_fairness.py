@@ -43,7 +43,9 @@ async def test_a_flood_does_not_hold_another_tenants_jobs_behind_it(
     postgres_scratch, worker_process
 ):
     url = postgres_scratch()
-    settings = Settings(database_url=url, results_url="db", postgres_pool_max_size=3)
+    settings = Settings(
+        database_url=url, results_url="db", postgres_pool_max_size=3, sim_scripts=True
+    )
     flood_slots = WORKERS * math.floor(CONCURRENCY * SHARE)
     async with open_runtime(settings) as runtime:
         flood = [
@@ -55,7 +57,12 @@ async def test_a_flood_does_not_hold_another_tenants_jobs_behind_it(
             for n in range(FLOOD_JOBS)
         ]
         for _ in range(WORKERS):
-            worker_process(url, worker_concurrency=str(CONCURRENCY), tenant_max_share=str(SHARE))
+            worker_process(
+                url,
+                worker_concurrency=str(CONCURRENCY),
+                tenant_max_share=str(SHARE),
+                sim_scripts="true",
+            )
         await _wait_until(runtime, flood, JobStatus.PROCESSING, flood_slots)
         quick = [
             (

@@ -62,6 +62,7 @@ async def hostile_runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         database_url=f"sqlite:///{tmp_path}/ferryman.db",
         results_url=f"file://{tmp_path}/results",
         receive_wait_seconds=0,
+        sim_scripts=True,  # the tests script the sim model (input.simulate)
     )
     async with open_runtime(settings) as runtime:
         yield runtime

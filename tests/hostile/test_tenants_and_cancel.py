@@ -78,6 +78,7 @@ def test_a_tenants_slow_flood_leaves_another_tenants_quick_jobs_quick(
         provider_timeout_seconds=40,
         attempt_timeout_seconds=50,
         lease_seconds=60,
+        sim_scripts=True,  # the flood's calls are scripted to last 30 s
     )
     flood = client_for(server, server.key)
     other = client_for(server, server.new_key("other"))
@@ -104,7 +105,7 @@ def test_a_tenants_slow_flood_leaves_another_tenants_quick_jobs_quick(
 def test_a_cancelled_call_ends_cancelled_within_two_seconds_with_no_result(
     start_server: Callable[..., Server], client_for: Callable[[Server, str], httpx.Client]
 ) -> None:
-    server = start_server(shutdown_grace_seconds=1)
+    server = start_server(shutdown_grace_seconds=1, sim_scripts=True)
     client = client_for(server, server.key)
     job_id = _submit(client, _slow(10))
     _until(lambda: _status(client, job_id) == "PROCESSING", seconds=20, what="the call starting")

@@ -168,6 +168,8 @@ async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
             control=control,
             clock=clock,
             idempotency_retention_seconds=86_400.0,
+            # Tests script the sim model (input.simulate); deployments default to off.
+            sim_scripts=True,
         ),
         jobs=JobQueries(store=store, results=results, clock=clock),
         operations=Operations(store=store, queue=queue, control=control, clock=clock),
@@ -330,6 +332,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         FERRYMAN_TENANT_RATE_PER_SECOND="0",
         FERRYMAN_TENANT_READ_RATE_PER_SECOND="0",
         FERRYMAN_SHUTDOWN_GRACE_SECONDS="1",
+        FERRYMAN_SIM_SCRIPTS="true",  # the tests script the sim model (input.simulate)
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "ferryman", "serve", "--port", str(port)],

@@ -363,6 +363,7 @@ async def test_dlq_replay_takes_model_failures_only_when_asked(tmp_path: Path) -
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/ferryman.db",
         results_url=f"file://{tmp_path}/ferryman-results",
+        sim_scripts=True,
     )
     async with open_runtime(settings) as runtime:
         submission = await runtime.intake.submit(

@@ -126,7 +126,7 @@ def create_key(cwd: Path, env: dict[str, str]) -> str:
 def served(tmp_path: Path) -> Iterator[Served]:
     port = free_port()
     # A grace far longer than any call the tests make: SIGTERM must let them finish.
-    env = base_env(FERRYMAN_SHUTDOWN_GRACE_SECONDS="60")
+    env = base_env(FERRYMAN_SHUTDOWN_GRACE_SECONDS="60", FERRYMAN_SIM_SCRIPTS="true")
     process = start(tmp_path, env, "serve", "--port", str(port))
     try:
         url = f"http://127.0.0.1:{port}"
@@ -297,3 +297,36 @@ def test_api_and_worker_as_separate_processes(tmp_path: Path) -> None:
             if process is not None and process.poll() is None:
                 process.kill()
                 process.communicate(timeout=STOP_TIMEOUT_SECONDS)
+
+
+def test_a_server_refuses_sim_scripts_by_default_and_its_log_says_how(tmp_path: Path) -> None:
+    port = free_port()
+    env = base_env()  # no FERRYMAN_SIM_SCRIPTS: the default
+    server = start(tmp_path, env, "serve", "--port", str(port))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, server)
+        client_env = {**env, "FERRYMAN_URL": url, "FERRYMAN_API_KEY": create_key(tmp_path, env)}
+        scripted = '{"prompt": "hi", "simulate": {"latency_ms": 20000}}'
+        refused = subprocess.run(
+            command("submit", "--task", "generate", "--input", scripted),
+            cwd=tmp_path,
+            env=client_env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False,
+        )
+        code, _, log = stop(server)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate(timeout=STOP_TIMEOUT_SECONDS)
+    # The tenant is told scripts are off here, and who can turn them on.
+    assert refused.returncode == 1, refused.stderr
+    assert "422" in refused.stderr
+    assert "scripting the sim model (input.simulate) is turned off" in refused.stderr
+    # The operator's log says how.
+    assert code == 0, log
+    [line] = [line for line in log.splitlines() if "intake.sim_script_refused" in line]
+    assert "FERRYMAN_SIM_SCRIPTS=true" in line

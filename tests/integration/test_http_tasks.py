@@ -117,6 +117,7 @@ def deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FERRYMAN_RESULTS_URL", "db")
     monkeypatch.setenv("FERRYMAN_TENANT_RATE_PER_SECOND", "0")
     monkeypatch.setenv("FERRYMAN_TENANT_READ_RATE_PER_SECOND", "0")
+    monkeypatch.setenv("FERRYMAN_SIM_SCRIPTS", "true")  # some tests script the sim model
     return tmp_path
 
 

@@ -211,6 +211,7 @@ async def test_the_body_per_task_follows_the_registry_and_the_catalog(
         clock=http_stack.clock,
         idempotency_retention_seconds=60.0,
         catalog=ModelCatalog.serving_own_names([http_stack.provider]),
+        sim_scripts=False,
     )
     app = http_stack.app(intake=intake)
     document = (await http_open_client(app).get("/openapi.json")).json()

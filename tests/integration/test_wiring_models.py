@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from ferryman.config import Settings
 from ferryman.core.errors import InvalidRequestError
@@ -25,6 +26,33 @@ async def test_unknown_model_is_refused_at_intake(tmp_path: Path) -> None:
             )
         assert raised.value.errors[0]["loc"] == ["body", "model"]
         assert (await runtime.store.list_jobs(tenant_id=None)).jobs == []
+
+
+async def test_by_default_a_script_for_the_sim_is_refused_and_the_log_says_how(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'f.db'}", results_url=f"file://{tmp_path / 'r'}"
+    )
+    scripted = {"prompt": "hi", "simulate": {"latency_ms": 600_000}}
+    async with open_runtime(settings) as runtime:
+        with capture_logs() as logs:
+            for _ in range(3):
+                with pytest.raises(InvalidRequestError) as raised:
+                    await runtime.intake.submit(
+                        tenant_id="t1", request=SubmitRequest("generate", scripted)
+                    )
+        assert (await runtime.store.list_jobs(tenant_id=None)).jobs == []
+    assert raised.value.errors[0]["loc"] == ["body", "input", "simulate"]
+    assert "turned off on this server" in raised.value.message
+    # Once per process, however many scripts a tenant sends.
+    assert [entry for entry in logs if entry["event"] == "intake.sim_script_refused"] == [
+        {
+            "event": "intake.sim_script_refused",
+            "log_level": "warning",
+            "enable_with": "FERRYMAN_SIM_SCRIPTS=true",
+        }
+    ]
 
 
 def test_real_providers_open_their_window_narrow_and_the_sim_does_not() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import structlog
 
 from ferryman.core.errors import (
     BacklogQuotaExceededError,
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.tasks import TaskRegistry
+
+log = structlog.get_logger("ferryman.intake")
 
 MAX_METADATA_BYTES = 4096
 PAUSED_RETRY_AFTER_SECONDS = 30
@@ -155,7 +159,7 @@ class Intake:
         idempotency_retention_seconds: float,
         catalog: ModelCatalog | None = None,
         quotas: TenantQuotas | None = None,
-        sim_scripts: bool = True,
+        sim_scripts: bool,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -167,6 +171,19 @@ class Intake:
         self._quotas = quotas or TenantQuotas()
         self._usage = UsageEstimates()
         self._sim_scripts = sim_scripts
+        self._told_operator_about_scripts = False
+
+    def _refuse_sim_script(self) -> NoReturn:
+        # The tenant learns that scripts are off and who can turn them on; the operator's
+        # log says how, once per process (a tenant sending scripts must not flood it).
+        if not self._told_operator_about_scripts:
+            self._told_operator_about_scripts = True
+            log.warning("intake.sim_script_refused", enable_with="FERRYMAN_SIM_SCRIPTS=true")
+        msg = (
+            "scripting the sim model (input.simulate) is turned off on this server; "
+            "its operator can turn it on with FERRYMAN_SIM_SCRIPTS=true"
+        )
+        raise InvalidRequestError(msg, errors=[{"loc": ["body", "input", "simulate"], "msg": msg}])
 
     def model_names(self) -> list[str] | None:
         """The models a submission may name; None when any name is taken (no catalog)."""
@@ -297,10 +314,7 @@ class Intake:
         task = self._tasks.get(request.task)
         job_input = task.validate_input(request.input)
         if not self._sim_scripts and "simulate" in job_input:
-            msg = "scripting the sim model is turned off here (FERRYMAN_SIM_SCRIPTS=false)"
-            raise InvalidRequestError(
-                msg, errors=[{"loc": ["body", "input", "simulate"], "msg": msg}]
-            )
+            self._refuse_sim_script()
         model = request.model or task.default_model
         self._check_model(model)
         metadata = _checked_metadata(request.metadata)

@@ -143,6 +143,7 @@ async def _run_once(world, rig: Rig, scenario: str):
         clock=world.clock,
         idempotency_retention_seconds=3600,
         catalog=ModelCatalog.serving_own_names([rig.provider]),
+        sim_scripts=False,
     )
     submitted = await intake.submit(
         tenant_id="t1",

@@ -190,6 +190,8 @@ def _world(
             clock=clock,
             idempotency_retention_seconds=3600,
             catalog=ModelCatalog.serving_own_names([provider]),
+            # Tests script the sim model (input.simulate); deployments default to off.
+            sim_scripts=True,
         ),
         jobs=JobQueries(store=store, results=results, clock=clock),
         operations=Operations(store=store, queue=queue, control=control, clock=clock),

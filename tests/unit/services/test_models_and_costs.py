@@ -81,6 +81,7 @@ async def _submit(world, catalog, prompt="hi"):
         clock=world.clock,
         idempotency_retention_seconds=60,
         catalog=catalog,
+        sim_scripts=False,
     )
     submission = await intake.submit(
         tenant_id="t1",

@@ -20,6 +20,7 @@ def _intake(world, **quotas) -> Intake:
         clock=world.clock,
         idempotency_retention_seconds=60,
         quotas=TenantQuotas(**quotas),
+        sim_scripts=False,
     )
 
 

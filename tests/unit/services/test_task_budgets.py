@@ -35,6 +35,8 @@ async def test_a_task_with_one_attempt_fails_after_its_first_retryable_failure(m
         control=world.control,
         clock=world.clock,
         idempotency_retention_seconds=60,
+        # Tests script the sim model (input.simulate); deployments default to off.
+        sim_scripts=True,
     )
     submission = await intake.submit(
         tenant_id="t1",
