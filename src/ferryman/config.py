@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,27 @@ if TYPE_CHECKING:
 ENV_PREFIX = "FERRYMAN_"
 CONFIG_ENV = "FERRYMAN_CONFIG"
 DEFAULT_CONFIG_FILE = "ferryman.toml"
-# Values never echoed back in an error message: they may hold credentials.
-_SECRET_FIELDS = frozenset({"api_key", "database_url", "results_url"})
 _LOG_LEVELS = frozenset({"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"})
+# The value of a setting whose name holds one of these is never echoed back in an error
+# message (api_key, api_key_env, database_url, results_url, base_url, ...): it may be,
+# or hold, a credential.
+_SECRET_NAME_PARTS = ("key", "secret", "token", "password", "url")
+# An environment variable's name (POSIX), which is what api_key_env holds.
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# 16 or more letters and digits with no break: how API keys look, and names do not.
+_KEY_LIKE_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+
+
+def may_be_secret(text: str) -> bool:
+    """Whether a string may be a credential, so a message must not show it: a run of 16
+    or more letters and digits mixing both (OpenAI's, Anthropic's and AWS's keys all
+    have one; OPENAI_API_KEY or a path does not), or a URL with a user in it."""
+    if "@" in text:
+        return True
+    return any(
+        any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+        for run in _KEY_LIKE_RUN.findall(text)
+    )
 
 
 class ConfigurationError(FerrymanError):
@@ -70,7 +89,8 @@ SIM = "sim"
 class ProviderSettings(BaseModel):
     """``[providers.NAME]``: one account at one model API."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A ValidationError printed as it is would show the values: keys among them.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     kind: ProviderKind
     # OpenAI-compatible servers and Anthropic: where the API is (a default per kind).
@@ -96,6 +116,28 @@ class ProviderSettings(BaseModel):
     stream: bool = True
     # Bedrock: the AWS region (else the AWS SDK's own configuration).
     region: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_key(cls, table: Any) -> Any:
+        if isinstance(table, dict) and "api_key" in table:
+            raise ValueError(
+                "api_key: a key is never written in the configuration; put it in an "
+                "environment variable and name that variable with api_key_env "
+                '(api_key_env = "OPENAI_API_KEY")'
+            )
+        return table
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _a_variable_name(cls, value: str | None) -> str | None:
+        if value is not None and (not _VARIABLE_NAME.fullmatch(value) or may_be_secret(value)):
+            raise ValueError(
+                "must be the name of the environment variable holding the key (letters, "
+                "digits and _, like OPENAI_API_KEY); this value is not one and may be the "
+                "key itself, which is never written in the configuration (it is not shown)"
+            )
+        return value
 
 
 class ModelSettings(BaseModel):
@@ -139,6 +181,9 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX,
         frozen=True,
         extra="forbid",
+        # Printed as it is, a ValidationError would show values (keys, URLs with
+        # passwords); load_settings shows only what is safe.
+        hide_input_in_errors=True,
         case_sensitive=False,
         env_ignore_empty=True,
         # FERRYMAN_PROVIDERS__OPENAI__BASE_URL=... reaches providers.openai.base_url.
@@ -372,20 +417,37 @@ def env_name(field: str) -> str:
 
 
 def _describe(error: dict[str, Any]) -> str:
-    field = str(error["loc"][0]) if error.get("loc") else "?"
-    if field == "tasks":
-        # A table's values are prompts and schemas: name the place, not the value.
-        where = ".".join(str(part) for part in error["loc"])
-        unknown = error.get("type") == "extra_forbidden"
-        message = "unknown field" if unknown else error.get("msg", "invalid value")
-        return f"{where} (in {DEFAULT_CONFIG_FILE}): {message}"
-    if error.get("type") == "extra_forbidden":
-        return f"{field}: unknown setting (not a ferryman configuration name)"
+    loc = [str(part) for part in error.get("loc", ())]
+    unknown = error.get("type") == "extra_forbidden"
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-    where = f"{env_name(field)} (or {field} in {DEFAULT_CONFIG_FILE})"
-    if field in _SECRET_FIELDS:
-        return f"{where}: {message}"
-    return f"{where}: {message}, got {error.get('input')!r}"
+    if not loc:  # a rule across settings: its message names them (never the input)
+        return message
+    field = loc[0]
+    if len(loc) > 1 or field in _NESTED_FIELDS:
+        # A table's field: name the place. Tasks' values are prompts and schemas, never shown.
+        where = ".".join(loc)
+        variable = "__".join([env_name(field), *(part.upper() for part in loc[1:])])
+        place = f"{where} (in {DEFAULT_CONFIG_FILE}, or {variable})"
+        if unknown:
+            return f"{place}: unknown field"
+        return f"{place}: {message}{_shown_input(loc, error) if field != 'tasks' else ''}"
+    if unknown:
+        return f"{field}: unknown setting (not a ferryman configuration name)"
+    return f"{env_name(field)} (or {field} in {DEFAULT_CONFIG_FILE}): {message}" + _shown_input(
+        loc, error
+    )
+
+
+def _shown_input(loc: list[str], error: dict[str, Any]) -> str:
+    """``, got VALUE`` for a wrong value it is safe to show; nothing for a value that may
+    be a credential (by the setting's name or by its look) or a whole table."""
+    value = error.get("input")
+    secret_name = any(part in loc[-1].lower() for part in _SECRET_NAME_PARTS)
+    if secret_name or not isinstance(value, str | int | float | bool):
+        return ""
+    if isinstance(value, str) and may_be_secret(value):
+        return ""
+    return f", got {value!r}"
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferryman.adapters.files import FileResultStore
-from ferryman.config import SIM, ConfigurationError, task_files
+from ferryman.config import SIM, ConfigurationError, may_be_secret, task_files
 from ferryman.core.clock import SystemClock
 from ferryman.core.ids import new_worker_id
 from ferryman.core.models import ModelAlias, Prices
@@ -86,9 +86,12 @@ def results_directory(results_url: str) -> str | None:
     if results_url == INLINE_RESULTS:
         return None
     if not results_url.startswith(FILE_SCHEME):
-        raise InvalidUrlError(
-            f"FERRYMAN_RESULTS_URL must be file://directory or db, got {results_url!r}"
+        shown = (
+            "a value not shown (it may hold a credential)"
+            if may_be_secret(results_url)
+            else repr(results_url)
         )
+        raise InvalidUrlError(f"FERRYMAN_RESULTS_URL must be file://directory or db, got {shown}")
     directory = results_url.removeprefix(FILE_SCHEME)
     if not directory:
         raise InvalidUrlError("FERRYMAN_RESULTS_URL names no directory: use file://./results")

@@ -258,6 +258,24 @@ def test_doctor_reads_a_toml_file(tmp_path: Path) -> None:
     assert "FERRYMAN_LEASE_SECONDS" in done.stdout
 
 
+@pytest.mark.parametrize(
+    "command", [("keys", "list"), ("serve",), ("doctor",), ("models", "--no-check")]
+)
+@pytest.mark.parametrize("field", ["api_key_env", "api_key"])
+def test_a_key_written_in_the_configuration_is_refused_and_never_printed(
+    tmp_path: Path, command: tuple[str, ...], field: str
+) -> None:
+    key = "sk-proj-4fQ9xT2mZ8LkW1vB7nR3cY6hJ0aD5eG"
+    (tmp_path / "ferryman.toml").write_text(
+        f'[providers.openai]\nkind = "openai"\n{field} = "{key}"\n'
+    )
+    done = ferryman(tmp_path, *command)
+    assert done.returncode == 2, done.stderr
+    assert "api_key_env" in done.stderr
+    assert key not in done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ferryman.toml"]
+
+
 def test_commands_that_look_need_an_existing_database(tmp_path: Path) -> None:
     for command in (("dlq", "list"), ("keys", "list"), ("keys", "revoke", "0123456789ab")):
         done = ferryman(tmp_path, *command)

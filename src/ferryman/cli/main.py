@@ -38,6 +38,8 @@ app = typer.Typer(
     help="Durable jobs for slow, costly model calls.",
     no_args_is_help=True,
     add_completion=False,
+    # A traceback never prints local variables: they may hold keys and settings.
+    pretty_exceptions_show_locals=False,
 )
 keys_app = typer.Typer(
     help="API keys: create, list, revoke (straight in the database).", no_args_is_help=True
