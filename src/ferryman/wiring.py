@@ -9,8 +9,10 @@ the Runtime and never import an adapter themselves.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
+import tempfile
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +55,14 @@ from ferryman.services.worker import Worker
 from ferryman.tasks import TaskDefinitionError, builtin_tasks, declared_task, load_task_modules
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from ferryman.config import ProviderSettings, Settings
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
     from ferryman.ports.keys import ApiKeyStore
     from ferryman.ports.limits import SharedLimits
-    from ferryman.ports.provider import ModelProvider
+    from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
     from ferryman.tasks import TaskRegistry
@@ -117,6 +119,35 @@ def check_urls(settings: Settings) -> None:
     results_directory(results_url(settings))
 
 
+def check_results_location(settings: Settings) -> None:
+    """Raise ConfigurationError, naming FERRYMAN_RESULTS_URL and the path, unless the
+    results directory can be used: an existing directory this process can write in, or
+    a path whose nearest existing parent is one (the directory is made there at start).
+    It leaves nothing behind, so a process can refuse to start before it makes anything
+    (a database). Writing is tried, not inferred from permission bits, which say
+    nothing of read-only or special filesystems (nor of root)."""
+    directory = results_directory(results_url(settings))
+    if directory is None:
+        return
+    path = Path(directory).resolve()
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "" if existing == path else f" ({existing} is a file)"
+        raise _results_error(path, f"not a directory{where}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ferryman-probe-", dir=existing))
+    except OSError as exc:
+        what = "write in it" if existing == path else f"create it in {existing}"
+        reason = exc.strerror or type(exc).__name__
+        raise _results_error(path, f"this process cannot {what} ({reason})") from None
+
+
+def _results_error(path: Path, reason: str) -> ConfigurationError:
+    return ConfigurationError(f"FERRYMAN_RESULTS_URL names {path}: {reason}")
+
+
 def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
     return EngineOptions(
         max_receives=settings.max_receives,
@@ -156,10 +187,17 @@ class Runtime:
 
     async def prepare_storage(self) -> None:
         """Make the results directory (owner-only) if there is none, so a process that
-        serves is ready, and ``doctor`` agrees, before its first result is written."""
+        serves is ready, and ``doctor`` agrees, before its first result is written.
+        ``check_results_location`` has looked before anything was made; a failure here
+        (the path changed since) is still one line naming the setting."""
         directory = results_directory(results_url(self.settings))
-        if directory is not None:
-            await asyncio.to_thread(Path(directory).mkdir, mode=0o700, parents=True, exist_ok=True)
+        if directory is None:
+            return
+        path = await asyncio.to_thread(Path(directory).resolve)
+        try:
+            await asyncio.to_thread(path.mkdir, mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _results_error(path, exc.strerror or type(exc).__name__) from None
 
     def new_worker(self, concurrency: int | None = None) -> Worker:
         s = self.settings
@@ -213,12 +251,17 @@ def _results_store(settings: Settings, engine: Engine) -> tuple[ResultStore, str
     return FileResultStore(directory), str(Path(directory).resolve())
 
 
-def build_catalog(settings: Settings) -> ModelCatalog:
+def build_catalog(settings: Settings, *, providers_on_first_use: bool = False) -> ModelCatalog:
     """Every configured provider and model alias, and the simulated model as ``sim``
-    (provider and alias) unless the configuration names something else so."""
+    (provider and alias) unless the configuration names something else so.
+
+    Providers are made now, so a missing key stops the process at start; with
+    ``providers_on_first_use`` each is made when first asked to call or check its model
+    (for processes that call none)."""
     providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim_scripts)}
     for name, provider in settings.providers.items():
-        providers[name] = _provider(name, provider, settings)
+        make = functools.partial(_provider, name, provider, settings)
+        providers[name] = _ProviderOnFirstUse(name, make) if providers_on_first_use else make()
     aliases = {SIM: ModelAlias(name=SIM, provider=SIM, model=SIM)}
     for name, model in settings.models.items():
         aliases[name] = ModelAlias(
@@ -305,6 +348,36 @@ def _provider(name: str, provider: ProviderSettings, settings: Settings) -> Mode
         raise ConfigurationError(f"providers.{name}: {exc.message}") from None
 
 
+class _ProviderOnFirstUse:
+    """A configured provider made when first asked to call or check its model. A process
+    that calls none (an operator command) then runs without the provider's key or SDK;
+    one that does gets, at its first call, the error it would have had at start."""
+
+    def __init__(self, name: str, make: Callable[[], ModelProvider]) -> None:
+        self._name = name
+        self._make = make
+        self._made: ModelProvider | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def _provider(self) -> ModelProvider:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    async def invoke(self, request: ModelRequest, *, timeout_seconds: float) -> ModelResponse:
+        return await self._provider().invoke(request, timeout_seconds=timeout_seconds)
+
+    async def check(self) -> None:
+        await self._provider().check()
+
+    async def aclose(self) -> None:
+        if self._made is not None:
+            await self._made.aclose()
+
+
 def call_budgets(settings: Settings) -> dict[str, CallBudget]:
     """Each configured provider's limits, as every worker process applies them."""
     return {
@@ -344,32 +417,45 @@ def _api_key(name: str, provider: ProviderSettings, *, default_env: str | None) 
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, *, clock: Clock | None = None, create: bool = True
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    create: bool = True,
+    call_models: bool = True,
 ) -> AsyncIterator[Runtime]:
-    """Open the configured engine, build the services over it, close it on exit."""
+    """Open the configured engine, build the services over it, close it on exit.
+
+    What the configuration alone decides (the URLs, the tasks, the model catalog) is
+    built first, so a configuration error stops the process before it makes a
+    database. ``call_models=False`` is for processes that call no model (operator
+    commands): they run without the providers' keys (see ``build_catalog``)."""
     check_urls(settings)
+    tasks = build_tasks(settings)
+    catalog = build_catalog(settings, providers_on_first_use=not call_models)
     clock = clock or SystemClock()
-    async with open_engine(
-        settings.database_url, clock=clock, options=engine_options(settings, create=create)
-    ) as engine:
-        runtime = _build(settings, engine, clock)
-        try:
-            yield runtime
-        finally:
-            await runtime.catalog.aclose()
-            if isinstance(runtime.results, FileResultStore):
-                await asyncio.to_thread(runtime.results.close)
+    try:
+        async with open_engine(
+            settings.database_url, clock=clock, options=engine_options(settings, create=create)
+        ) as engine:
+            runtime = _build(settings, engine, clock, tasks=tasks, catalog=catalog)
+            try:
+                yield runtime
+            finally:
+                if isinstance(runtime.results, FileResultStore):
+                    await asyncio.to_thread(runtime.results.close)
+    finally:
+        await catalog.aclose()
 
 
-def _build(settings: Settings, engine: Engine, clock: Clock) -> Runtime:
+def _build(
+    settings: Settings, engine: Engine, clock: Clock, *, tasks: TaskRegistry, catalog: ModelCatalog
+) -> Runtime:
     metrics.configure(tenant_labels=settings.metrics_tenant_labels)
     store = JobLedger(engine.store)
     queue = engine.queue
     results, results_location = _results_store(settings, engine)
     keys = engine.keys
     control = engine.control
-    tasks = build_tasks(settings)
-    catalog = build_catalog(settings)
     # One per process: its view of whether results can be written is what stops this
     # process's workers taking new calls, and what its /readyz reports.
     result_writer = ResultWriter(results)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from ferryman.config import Settings
+from ferryman.config import ConfigurationError, Settings
 from ferryman.core.errors import InvalidRequestError
 from ferryman.services.intake import SubmitRequest
 from ferryman.services.limiter import DEFAULT_START_CONCURRENCY, CallBudget
@@ -76,3 +76,30 @@ def test_real_providers_open_their_window_narrow_and_the_sim_does_not() -> None:
         "known": CallBudget(max_concurrency=200, requests_per_minute=600, start_concurrency=100),
         "double": CallBudget(max_concurrency=64, start_concurrency=None),
     }
+
+
+async def test_a_runtime_that_calls_no_model_needs_no_key_until_a_model_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings = Settings.model_validate(
+        {
+            "database_url": f"sqlite:///{tmp_path / 'f.db'}",
+            "results_url": f"file://{tmp_path / 'r'}",
+            "providers": {"openai": {"kind": "openai"}},
+            "models": {"fast": {"provider": "openai", "model": "gpt-4o-mini"}},
+        }
+    )
+    # One that calls models stops at start, before it makes a database.
+    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY, which is not set"):
+        async with open_runtime(settings):
+            pass
+    assert not (tmp_path / "f.db").exists()
+
+    async with open_runtime(settings, call_models=False) as runtime:
+        assert runtime.intake.model_names() == ["fast", "sim"]
+        provider = runtime.catalog.route("fast").provider
+        assert provider.name == "openai"
+        # Asked to call after all, it fails as it would have at start: never keyless.
+        with pytest.raises(ConfigurationError, match="OPENAI_API_KEY, which is not set"):
+            await provider.check()

@@ -112,7 +112,7 @@ async def _create_key(s: Settings, tenant: str, admin: bool, expires_at: float |
     from ferryman.wiring import open_runtime, probe_database
 
     existed = (await probe_database(s)).exists
-    async with open_runtime(s) as runtime:
+    async with open_runtime(s, call_models=False) as runtime:
         try:
             issued = await runtime.api_keys.issue(tenant, admin=admin, expires_at=expires_at)
         except RequestError as exc:

@@ -122,14 +122,15 @@ def run(
 @asynccontextmanager
 async def existing_database(s: Settings) -> AsyncIterator[Runtime]:
     """The runtime over the configured database, which must exist: commands that only
-    look or change existing rows never make a new, empty database."""
+    look or change existing rows never make a new, empty database. They call no model,
+    so they run without the providers' keys."""
     from ferryman.wiring import check_urls, open_runtime, probe_database
 
     check_urls(s)  # a bad URL is a configuration error (exit 2) before anything else
     probe = await probe_database(s)
     if not probe.exists:
         fail(no_database_message(probe.path))
-    async with open_runtime(s, create=False) as runtime:
+    async with open_runtime(s, create=False, call_models=False) as runtime:
         yield runtime
 
 

@@ -30,8 +30,11 @@ from ferryman.cli.common import (
 from ferryman.core.errors import FerrymanError, StoreUnavailableError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     from ferryman.cli.serving import Roles
     from ferryman.config import Settings
+    from ferryman.wiring import Runtime
 
 app = typer.Typer(
     name="ferryman",
@@ -94,15 +97,20 @@ PortOption = Annotated[
 async def _run_process(s: Settings, host: str, port: int, roles: Roles) -> int:
     from ferryman.cli.serving import banner, bind, run_roles
     from ferryman.cli.startup import open_when_available
-    from ferryman.wiring import open_runtime
+    from ferryman.wiring import check_results_location, open_runtime
 
+    # Before anything is made: a results path that cannot work leaves no new database.
+    await asyncio.to_thread(check_results_location, s)
     sock = bind(host, port) if roles.api else None
     try:
         # Started while the database restarts or is still coming up: wait for it. Only a
         # process that serves the API makes a missing database: a worker pointed at a
         # mistyped path waits for it, naming it, instead of working on an empty new one.
-        create = roles.api
-        async with open_when_available(lambda: open_runtime(s, create=create), say=warn) as runtime:
+        # Only a worker calls models, so only it needs the providers' keys.
+        def opener() -> AbstractAsyncContextManager[Runtime]:
+            return open_runtime(s, create=roles.api, call_models=roles.worker)
+
+        async with open_when_available(opener, say=warn) as runtime:
             await runtime.prepare_storage()
             bound_port = sock.getsockname()[1] if sock is not None else port
             banner(runtime, host, bound_port, roles)
@@ -205,11 +213,17 @@ def migrate() -> None:
 
 
 async def _migrate(s: Settings) -> None:
-    from ferryman.wiring import open_runtime, probe_database, results_location
+    from ferryman.wiring import (
+        check_results_location,
+        open_runtime,
+        probe_database,
+        results_location,
+    )
 
+    await asyncio.to_thread(check_results_location, s)
     before = await probe_database(s)
     try:
-        async with open_runtime(s):
+        async with open_runtime(s, call_models=False):
             pass
     except FerrymanError as exc:
         fail(f"{before.path}: {exc.message}")

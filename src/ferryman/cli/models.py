@@ -30,7 +30,8 @@ def models(
     from ferryman.wiring import build_catalog
 
     try:
-        catalog = build_catalog(settings())
+        # Unchecked, no provider is asked anything: the list needs none of their keys.
+        catalog = build_catalog(settings(), providers_on_first_use=not check)
     except FerrymanError as exc:
         fail(exc.message)
     reports = run(_reports(catalog, check=check))
