@@ -294,13 +294,13 @@ def test_dlq_list_on_an_empty_database(tmp_path: Path) -> None:
     assert json.loads(as_json.stdout) == {"data": [], "next_cursor": None}
 
 
-def test_dlq_replay_reports_unknown_jobs_as_skipped(tmp_path: Path) -> None:
+def test_dlq_replay_of_nothing_replayable_lists_the_skips_and_exits_1(tmp_path: Path) -> None:
     assert ferryman(tmp_path, "migrate").returncode == 0
     done = ferryman(tmp_path, "dlq", "replay", "gen_missing", "--reason", "test")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     assert done.stdout.strip() == "skipped gen_missing (not_found)"
     as_json = ferryman(tmp_path, "dlq", "replay", "gen_missing", "--reason", "test", "--json")
-    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.returncode == 1, as_json.stderr
     assert json.loads(as_json.stdout) == {
         "replayed": [],
         "skipped": [{"job_id": "gen_missing", "reason": "not_found"}],
@@ -399,7 +399,9 @@ async def test_dlq_replay_takes_model_failures_only_when_asked(tmp_path: Path) -
     )
 
     assert plain.stdout.strip() == f"skipped {job_id} (not_dead_lettered)"
+    assert plain.returncode == 1
     assert included.stdout.strip() == f"replayed {job_id}"
+    assert included.returncode == 0, included.stderr
 
 
 async def _dead_letter(directory: Path) -> str:
@@ -438,3 +440,18 @@ async def test_dlq_list_shows_dead_letters_whole_and_as_the_api_s_json(tmp_path:
     assert (item["job_id"], item["tenant_id"], item["status"]) == (job_id, "acme", "FAILED")
     assert item["error"]["code"] == "dead_lettered"
     assert {"created_at", "completed_at", "attempt_count", "task", "model"} <= set(item)
+
+
+async def test_dlq_replay_of_some_replays_them_lists_the_rest_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    job_id = await _dead_letter(tmp_path)
+
+    done = ferryman(tmp_path, "dlq", "replay", job_id, "gen_missing", "--reason", "fixed")
+    again = ferryman(tmp_path, "dlq", "replay", job_id, "--reason", "fixed", "--json")
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [f"replayed {job_id}", "skipped gen_missing (not_found)"]
+    # Replayed already: nothing left to replay, and the JSON says why.
+    assert again.returncode == 1, again.stderr
+    assert json.loads(again.stdout)["replayed"] == []

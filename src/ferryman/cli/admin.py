@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ferryman.cli.common import (
+    EXIT_FAILED,
     EXIT_USAGE,
     err_console,
     existing_database,
@@ -263,18 +264,23 @@ def replay_dead_letters(
 ) -> None:
     """Replay dead-lettered jobs (and with --include-failed other FAILED ones).
 
-    A job its client cancelled, or one that succeeded, is skipped and says why."""
+    A job its client cancelled, or one that succeeded, is skipped and says why. Exits 0
+    only when every job asked for was replayed; 1 when any was skipped (the lines, or
+    the JSON, say which were replayed and why the others were not)."""
     if not reason.strip():
         fail("--reason must say why", EXIT_USAGE)
     who = actor or f"cli:{user()}"
     report = run(_replay(settings(), job_ids, who, reason, include_failed))
     if as_json:
         print_json(_replay_body(report))
-        return
-    for job_id in report.replayed:
-        typer.echo(f"replayed {job_id}")
-    for job_id, why in report.skipped:
-        typer.echo(f"skipped {job_id} ({why})")
+    else:
+        for job_id in report.replayed:
+            typer.echo(f"replayed {job_id}")
+        for job_id, why in report.skipped:
+            typer.echo(f"skipped {job_id} ({why})")
+    if report.skipped:
+        # A script must not take "nothing replayed" (or not all of it) for success.
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _replay_body(report: ReplayReport) -> dict[str, Any]:
