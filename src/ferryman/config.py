@@ -193,6 +193,10 @@ class Settings(BaseSettings):
     # Where things live.
     database_url: str = "sqlite:///./ferryman.db"
     results_url: str = "file://./ferryman-results"
+    # With file:// results, a worker starts no new model call while the directory's
+    # filesystem has less free space than this (0: no floor): an output already paid
+    # for must have somewhere to go. adapters/files/store.py has the same default.
+    results_min_free_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     url: str = "http://127.0.0.1:8000"

@@ -248,7 +248,8 @@ def _results_store(settings: Settings, engine: Engine) -> tuple[ResultStore, str
     if directory is None:
         return engine.results, f"in the {engine.name} database"
     # The store creates its directory on the first put (fsyncing each new level).
-    return FileResultStore(directory), str(Path(directory).resolve())
+    store = FileResultStore(directory, min_free_bytes=settings.results_min_free_bytes)
+    return store, str(Path(directory).resolve())
 
 
 def build_catalog(settings: Settings, *, providers_on_first_use: bool = False) -> ModelCatalog:

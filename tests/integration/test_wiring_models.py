@@ -103,3 +103,18 @@ async def test_a_runtime_that_calls_no_model_needs_no_key_until_a_model_is_asked
         # Asked to call after all, it fails as it would have at start: never keyless.
         with pytest.raises(ConfigurationError, match="OPENAI_API_KEY, which is not set"):
             await provider.check()
+
+
+@pytest.mark.parametrize(("floor", "writable"), [(0, True), (2**62, False)])
+async def test_the_results_free_space_floor_is_the_setting(
+    tmp_path: Path, floor: int, writable: bool
+) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'f.db'}",
+        results_url=f"file://{tmp_path / 'r'}",
+        results_min_free_bytes=floor,
+    )
+    async with open_runtime(settings) as runtime:
+        await runtime.prepare_storage()
+        # Below the floor the store is unavailable: workers take no new call.
+        assert await runtime.result_writer.probe() is writable

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ferryman.adapters.files.store import DEFAULT_MIN_FREE_BYTES
 from ferryman.config import (
     ConfigurationError,
     Settings,
@@ -51,6 +52,8 @@ def test_defaults_of_the_extra_knobs() -> None:
     assert (s.tenant_rate_per_second, s.tenant_burst) == (5000, 100)
     assert (s.log_level, s.log_json) == ("INFO", False)
     assert (s.receive_wait_seconds, s.receive_linger_seconds) == (1.0, 0.005)
+    # The results directory's free-space floor is the file store's own default.
+    assert s.results_min_free_bytes == DEFAULT_MIN_FREE_BYTES == 16 * 1024 * 1024
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,6 +127,8 @@ def test_malformed_toml_is_a_clear_error(tmp_path: Path) -> None:
         ("FERRYMAN_RECEIVE_LINGER_SECONDS", "5", "less than or equal to 0.5"),
         ("FERRYMAN_RECEIVE_LINGER_SECONDS", "-0.001", "greater than or equal to 0"),
         ("FERRYMAN_MAX_ATTEMPTS", "0", "greater than or equal to 1"),
+        ("FERRYMAN_RESULTS_MIN_FREE_BYTES", "-1", "greater than or equal to 0"),
+        ("FERRYMAN_RESULTS_MIN_FREE_BYTES", "16MiB", "valid integer"),
         ("FERRYMAN_SQLITE_SYNCHRONOUS", "OFF", "FULL"),
         ("FERRYMAN_LOG_LEVEL", "chatty", "must be one of"),
         ("FERRYMAN_FAILPOINTS", "nowhere=crash", "unknown failpoint"),

@@ -169,6 +169,7 @@ async def test_a_ready_setup_passes_and_is_left_exactly_as_it_was(tmp_path: Path
         "database schema current",
         "database writable",
         "results location writable",
+        "results free space >= floor",
     ]
     assert all(c.ok for c in checks), checks
 
@@ -239,6 +240,50 @@ async def test_a_results_path_that_is_a_file_fails(tmp_path: Path) -> None:
     results = by_rule(await doctor.check_live(at(tmp_path)))["results location writable"]
     assert not results.ok
     assert "not a directory" in results.fix
+
+
+async def test_results_below_the_free_space_floor_fail_naming_the_setting(tmp_path: Path) -> None:
+    await make_database(tmp_path / "ferryman.db")
+    (tmp_path / "results").mkdir()
+    above_any_disk = 2**62
+
+    checks = by_rule(
+        await doctor.check_live(
+            settings(
+                database_url=f"sqlite:///{tmp_path}/ferryman.db",
+                results_url=f"file://{tmp_path}/results",
+                results_min_free_bytes=above_any_disk,
+            )
+        )
+    )
+
+    floor = checks["results free space >= floor"]
+    assert not floor.ok
+    assert floor.value.endswith(f">= {above_any_disk / 2**20:,.1f} MiB")
+    assert "FERRYMAN_RESULTS_MIN_FREE_BYTES" in floor.fix
+    assert str(tmp_path / "results") in floor.fix
+
+
+def test_the_free_space_floor_is_judged_where_a_missing_directory_would_be_made(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "not" / "yet" / "results"
+
+    assert doctor.results_free_space(missing, 0).ok
+    assert not doctor.results_free_space(missing, 2**62).ok
+    assert not missing.exists()
+
+
+async def test_results_in_the_database_have_no_free_space_floor(tmp_path: Path) -> None:
+    await make_database(tmp_path / "ferryman.db")
+    checks = await doctor.check_live(
+        settings(
+            database_url=f"sqlite:///{tmp_path}/ferryman.db",
+            results_url="db",
+            results_min_free_bytes=2**62,
+        )
+    )
+    assert "results free space >= floor" not in by_rule(checks)
 
 
 async def test_live_checks_report_an_unavailable_backend() -> None:

@@ -5,14 +5,16 @@ compared and, when it fails, which FERRYMAN_* variable to change. The rules for
 SQS (12 h total visibility) and the Lambda handler do not apply to the embedded
 SQLite engine this version ships, so they are not listed. Then come the checks
 that look at the live setup: no FERRYMAN_* variable is ignored, the database exists
-with a current schema and can be written, and the results directory exists and can
-be written. The doctor only looks: it never creates, migrates or writes anything.
+with a current schema and can be written, the results directory exists and can be
+written and its filesystem has more free space than the floor below which workers
+pause. The doctor only looks: it never creates, migrates or writes anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,8 +157,13 @@ async def check_live(settings: Settings) -> list[Check]:
     except FerrymanError as exc:
         return [_check("backend available", settings.database_url, False, exc.message)]
     probe = await probe_database(settings)
-    results = await asyncio.to_thread(_results_check, results_location(settings))
-    return [*_database_checks(probe), results, *await check_providers(settings)]
+    directory = results_location(settings)
+    results = await asyncio.to_thread(_results_check, directory)
+    checks = [*_database_checks(probe), results]
+    if directory is not None:  # the floor applies to a results directory only
+        floor = settings.results_min_free_bytes
+        checks.append(await asyncio.to_thread(results_free_space, directory, floor))
+    return [*checks, *await check_providers(settings)]
 
 
 async def check_providers(settings: Settings) -> list[Check]:
@@ -244,6 +251,30 @@ def _results_check(directory: Path | None) -> Check:
         )
     ok = os.access(directory, os.W_OK | os.X_OK)
     return _check(rule, value, ok, f"give the user running ferryman write access to {directory}")
+
+
+def results_free_space(directory: Path, floor_bytes: int) -> Check:
+    """The results filesystem's free space against the floor below which workers start
+    no new call: a deployment that starts below it would take no work at all."""
+    rule = "results free space >= floor"
+    existing = directory
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # where it would be made: the same filesystem
+    try:
+        free = shutil.disk_usage(existing if existing.is_dir() else existing.parent).free
+    except OSError as exc:
+        return _check(rule, str(directory), False, f"cannot look at its filesystem: {exc.strerror}")
+    return _check(
+        rule,
+        f"{_mib(free)} free >= {_mib(floor_bytes)}",
+        free >= floor_bytes,
+        f"make room on the filesystem of {directory}, or lower "
+        "FERRYMAN_RESULTS_MIN_FREE_BYTES (0 turns the floor off)",
+    )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
 
 
 def render(checks: list[Check]) -> Table:
