@@ -147,10 +147,19 @@ class ModelSettings(BaseModel):
 
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
+    # US dollars per million tokens. Not given, a call costs $0; doctor and `ferryman
+    # models` flag that, while a price given as 0 (a free, self-hosted model) is not.
     input_price_per_mtok: float = Field(default=0.0, ge=0)
     output_price_per_mtok: float = Field(default=0.0, ge=0)
     # Tried when this one stays throttled past its budget, or the input is too long for it.
     fallbacks: list[str] = Field(default_factory=list)
+
+    def prices_not_given(self) -> list[str]:
+        """The price fields given neither in the file nor in the environment."""
+        return [name for name in _PRICE_FIELDS if name not in self.model_fields_set]
+
+
+_PRICE_FIELDS = ("input_price_per_mtok", "output_price_per_mtok")
 
 
 class TaskSettings(BaseModel):
@@ -363,6 +372,18 @@ class Settings(BaseSettings):
         return (init_settings, env, TomlConfigSettingsSource(settings_cls, path))
 
     # --- derived values -----------------------------------------------------------
+
+    def unpriced_models(self) -> dict[str, list[str]]:
+        """Each configured alias of a real provider, with the price fields it does not
+        give: its calls would cost $0 unnoticed. The simulated model costs nothing."""
+        simulated = {name for name, p in self.providers.items() if p.kind == SIM}
+        if SIM not in self.providers:
+            simulated.add(SIM)
+        return {
+            alias: missing
+            for alias, model in self.models.items()
+            if model.provider not in simulated and (missing := model.prices_not_given())
+        }
 
     @property
     def heartbeat_seconds(self) -> float:

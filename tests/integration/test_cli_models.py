@@ -47,6 +47,7 @@ def test_models_lists_every_alias_with_its_provider_prices_and_fallbacks(
         "model": "sim",
         "input_price_per_mtok": 0.15,
         "output_price_per_mtok": 0.6,
+        "prices_given": True,
         "fallbacks": ["sim"],
     }
     assert {p["name"]: p["ok"] for p in listing["providers"]} == {"local": True, "sim": True}
@@ -75,3 +76,61 @@ def test_doctor_fails_a_provider_timeout_that_leaves_the_attempt_no_room(
 
     assert done.returncode == 1
     assert "providers.local.timeout_seconds" in done.stdout
+
+
+UNPRICED = """
+[providers.local]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[models.llama]
+provider = "local"
+model = "llama3.2"
+
+[models.free]
+provider = "local"
+model = "llama3.2"
+input_price_per_mtok = 0
+output_price_per_mtok = 0
+"""
+
+
+def test_models_marks_an_alias_that_gives_no_prices_but_not_one_priced_at_zero(
+    tmp_path: Path, ferryman: Callable[..., Any]
+) -> None:
+    (tmp_path / "ferryman.toml").write_text(UNPRICED)
+
+    table = ferryman(tmp_path, "models", "--no-check")
+    as_json = ferryman(tmp_path, "models", "--no-check", "--json")
+
+    assert table.returncode == 0, table.stderr
+    [llama] = [line for line in table.stdout.splitlines() if " llama " in line]
+    [free] = [line for line in table.stdout.splitlines() if " free " in line]
+    assert llama.count("unset") == 2
+    assert "unset" not in free
+    assert table.stderr.splitlines() == [
+        "warning: models.llama gives no input_price_per_mtok or output_price_per_mtok: "
+        "its calls' cost shows as $0 (give 0 for a free model)"
+    ]
+    given = {m["alias"]: m["prices_given"] for m in json.loads(as_json.stdout)["models"]}
+    assert given == {"llama": False, "free": True, "sim": True}
+
+
+def test_doctor_warns_about_an_alias_without_prices_on_a_line_of_its_own(
+    tmp_path: Path, ferryman: Callable[..., Any]
+) -> None:
+    (tmp_path / "ferryman.toml").write_text(UNPRICED)
+    assert ferryman(tmp_path, "migrate").returncode == 0
+
+    done = ferryman(tmp_path, "doctor")
+
+    # It fails only on the provider nobody answers for; the prices are a warning.
+    assert done.returncode == 1
+    warned = [line for line in done.stdout.splitlines() if line.startswith("WARN ")]
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL ")]
+    assert warned == [
+        "WARN model prices given (llama (no input_price_per_mtok or output_price_per_mtok)): "
+        "set input_price_per_mtok and output_price_per_mtok in [models.llama] (0 for a free "
+        "model), or its calls' cost shows as $0"
+    ]
+    assert [line.split(" (")[0] for line in failed] == ["FAIL provider local reachable"]

@@ -305,3 +305,37 @@ def test_unknown_ferryman_variables_fail_with_the_closest_name() -> None:
 def test_known_ferryman_variables_pass() -> None:
     check = doctor.check_environment({"FERRYMAN_CONFIG": "x.toml", "ferryman_port": "9000"})
     assert check.ok, check
+
+
+def priced(**prices: float) -> Settings:
+    return settings(
+        providers={"local": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+        models={
+            "llama": {"provider": "local", "model": "llama3.2", **prices},
+            "fake": {"provider": "sim", "model": "sim"},
+        },
+    )
+
+
+def test_an_alias_without_prices_is_a_warning_naming_it_not_a_failure() -> None:
+    check = doctor.model_prices_given(priced(input_price_per_mtok=0.1))
+
+    assert check.ok and check.warning
+    assert check.value == "llama (no output_price_per_mtok)"
+    assert "[models.llama]" in check.fix
+    assert "0 for a free model" in check.fix
+
+
+def test_prices_given_as_zero_and_the_simulated_model_pass_without_a_warning() -> None:
+    check = doctor.model_prices_given(priced(input_price_per_mtok=0, output_price_per_mtok=0))
+
+    assert check.ok and not check.warning
+    assert check.fix == ""
+
+
+def test_a_price_given_in_the_environment_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRYMAN_MODELS__LLAMA__OUTPUT_PRICE_PER_MTOK", "0.4")
+
+    check = doctor.model_prices_given(priced(input_price_per_mtok=0.1))
+
+    assert not check.warning

@@ -42,7 +42,9 @@ class Check:
     rule: str
     value: str
     ok: bool
-    fix: str = ""  # what to change when the rule fails, naming the variable
+    fix: str = ""  # what to change when the rule fails (or warns), naming the variable
+    # Passed, but something may be unintended: shown, and the exit status stays 0.
+    warning: bool = False
 
 
 def _check(rule: str, value: str, ok: bool, fix: str) -> Check:
@@ -119,6 +121,24 @@ def provider_timeouts_below_attempt_timeout(s: Settings) -> Check:
     )
 
 
+def model_prices_given(s: Settings) -> Check:
+    """An alias without prices costs $0 a call unnoticed: a warning, not a failure, since
+    a free (self-hosted) model is legitimate; it says so by giving its prices as 0."""
+    unpriced = s.unpriced_models()
+    if not unpriced:
+        return _check("model prices given", "every alias", True, "")
+    shown = ", ".join(f"{alias} (no {' or '.join(fields)})" for alias, fields in unpriced.items())
+    first = next(iter(unpriced))
+    return Check(
+        rule="model prices given",
+        value=shown,
+        ok=True,
+        warning=True,
+        fix=f"set input_price_per_mtok and output_price_per_mtok in [models.{first}] "
+        "(0 for a free model), or its calls' cost shows as $0",
+    )
+
+
 RULES: tuple[Callable[[Settings], Check], ...] = (
     provider_timeout_below_attempt_timeout,
     provider_timeouts_below_attempt_timeout,
@@ -127,6 +147,7 @@ RULES: tuple[Callable[[Settings], Check], ...] = (
     visibility_above_heartbeat,
     max_receives_at_least_five,
     max_receives_above_max_attempts,
+    model_prices_given,
 )
 
 
@@ -284,6 +305,11 @@ def render(checks: list[Check]) -> Table:
     table.add_column("result")
     table.add_column("what to change", overflow="fold")
     for check in checks:
-        result = Text("ok", style="green") if check.ok else Text("FAIL", style="bold red")
+        if not check.ok:
+            result = Text("FAIL", style="bold red")
+        elif check.warning:
+            result = Text("warn", style="bold yellow")
+        else:
+            result = Text("ok", style="green")
         table.add_row(Text(check.rule), Text(check.value), result, Text(check.fix or "-"))
     return table

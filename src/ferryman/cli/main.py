@@ -191,12 +191,14 @@ def doctor() -> None:
     checks = [*check_settings(s), check_environment(), *run(check_live(s))]
     out_console.print(render(checks))
     failed = [check for check in checks if not check.ok]
-    if failed:
-        # Also one unwrapped line per failure, readable in logs and narrow terminals.
-        for check in failed:
+    # Also one unwrapped line per failure and warning, readable in logs and narrow terminals.
+    for check in checks:
+        if not check.ok or check.warning:
+            word = "FAIL" if not check.ok else "WARN"
             out_console.print(
-                Text(f"FAIL {check.rule} ({check.value}): {check.fix}"), soft_wrap=True
+                Text(f"{word} {check.rule} ({check.value}): {check.fix}"), soft_wrap=True
             )
+    if failed:
         out_console.print(f"{len(failed)} check(s) failed.", style="bold red")
         raise typer.Exit(EXIT_FAILED)
     out_console.print("All checks passed.", style="green")
