@@ -2,8 +2,8 @@
 #   docker run IMAGE            the API, a worker and the sweeper in one process (serve)
 #   docker run IMAGE api        the HTTP API alone
 #   docker run IMAGE worker     a worker (and a sweeper)
-# compose.yaml runs an API and two workers on one volume; docs/operations.md,
-# "Run in containers", says what that setup can and cannot do.
+# compose.yaml runs an API and two workers on one volume, compose.postgres.yaml the same
+# on PostgreSQL; docs/operations.md, "Run in containers", says what each can and cannot do.
 FROM python:3.11-slim
 
 LABEL org.opencontainers.image.title="ferryman" \
@@ -20,12 +20,17 @@ RUN groupadd --system --gid 10001 ferryman \
     && useradd --system --uid 10001 --gid ferryman --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin ferryman
 
+# Which of ferryman's extras the image carries: `server` (the default) runs every role
+# on SQLite or PostgreSQL; `aws` adds the Bedrock provider (boto3). Several are comma-
+# separated: docker build --build-arg EXTRAS=aws .
+ARG EXTRAS=server
+
 # Only what the package needs to build: the context leaves out tests, docs and local
 # databases (.dockerignore).
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY src ./src
-RUN pip install '.[server]' && cd / && rm -rf /src
+RUN pip install ".[${EXTRAS}]" && cd / && rm -rf /src
 
 # The database and the results live on the volume, owned by the ferryman user. The
 # working directory is the volume too, so a ferryman.toml placed there is read.

@@ -4,8 +4,10 @@ Nothing here builds an image or reaches the internet. The Dockerfile is read wit
 parser of its syntax (instructions, line continuations, comments), enough to check that
 it runs as a user other than root, has a health check, and copies only files that exist
 and that the build context does not leave out; the health check's own command is run
-against a local server. compose.yaml is parsed as YAML (PyYAML comes with the test
-tools, through schemathesis), and its services are checked against the CLI's commands.
+against a local server. compose.yaml and compose.postgres.yaml are parsed as YAML (PyYAML
+comes with the test tools, through schemathesis; this machine has no `docker compose` to
+validate them), and their services are checked against the CLI's commands, the
+settings, and each other (the PostgreSQL variant's URL, password and health checks).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import fnmatch
 import http.server
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
 import sys
 import threading
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +32,8 @@ import yaml
 
 from ferryman.cli.main import app
 from ferryman.config import Settings
+from ferryman.engines import engine_name
+from ferryman.wiring import results_directory
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 COMPOSE = ROOT / "compose.yaml"
+COMPOSE_POSTGRES = ROOT / "compose.postgres.yaml"
+PYPROJECT = ROOT / "pyproject.toml"
+# Every variable a setting reads: a typo in a compose file would be silently ignored.
+KNOWN = {f"FERRYMAN_{field.upper()}" for field in Settings.model_fields}
 
 # Every instruction the Dockerfile reference defines.
 KNOWN_INSTRUCTIONS = frozenset(
@@ -109,11 +119,20 @@ def instructions() -> list[tuple[str, str]]:
     return dockerfile_instructions(DOCKERFILE.read_text())
 
 
-@pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
-    loaded = yaml.safe_load(COMPOSE.read_text())
+def _load(path: Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text())
     assert isinstance(loaded, dict)
     return loaded
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return _load(COMPOSE)
+
+
+@pytest.fixture(scope="module")
+def compose_postgres() -> dict[str, Any]:
+    return _load(COMPOSE_POSTGRES)
 
 
 def test_the_parser_joins_continuations_and_drops_comments() -> None:
@@ -175,10 +194,24 @@ def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
     assert not _ignored("src/ferryman/adapters/sqlite/schema/0001_initial.sql", patterns)
 
 
-def test_the_image_installs_the_server_and_keeps_its_data_on_a_volume(
+def test_the_image_installs_the_extras_its_build_argument_names_the_server_by_default(
     instructions: list[tuple[str, str]],
 ) -> None:
-    assert any("pip install '.[server]'" in args for args in _arguments(instructions, "RUN"))
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    [argument] = _arguments(instructions, "ARG")
+    name, _, default = argument.partition("=")
+    assert (name, default) == ("EXTRAS", "server")
+    [install] = [i for i, (n, a) in enumerate(instructions) if n == "RUN" and "pip install" in a]
+    assert _index(instructions, "FROM") < _index(instructions, "ARG") < install
+    assert '".[${EXTRAS}]"' in instructions[install][1]  # quoted: the shell expands it
+    # The default and the documented alternative are extras, each bringing the server.
+    assert "server" in extras
+    assert "ferryman[server]" in extras["aws"] and any("boto3" in d for d in extras["aws"])
+
+
+def test_the_image_keeps_its_data_on_a_volume(
+    instructions: list[tuple[str, str]],
+) -> None:
     assert "/data" in json.loads(_arguments(instructions, "VOLUME")[0])
     env: dict[str, str] = {}
     for arguments in _arguments(instructions, "ENV"):
@@ -271,3 +304,66 @@ def test_compose_shares_one_volume_and_lets_calls_in_flight_finish(
         assert "FERRYMAN_DATABASE_URL" not in service.get("environment", {})
         grace = Settings.model_fields["shutdown_grace_seconds"].default
         assert float(service["stop_grace_period"].removesuffix("s")) > grace
+
+
+def _required_variable(value: str) -> str:
+    """The variable of ``${NAME:?message}``: compose refuses to start without it."""
+    match = re.fullmatch(r"\$\{([A-Z_]+):\?[^}]+\}", value)
+    assert match, f"{value!r} is not a required variable"
+    return match.group(1)
+
+
+def test_the_postgres_variant_runs_postgres_an_api_and_two_workers(
+    compose_postgres: dict[str, Any],
+) -> None:
+    services = compose_postgres["services"]
+    assert set(services) == {"postgres", "api", "worker"}
+    commands = cli_commands()
+    for name in ("api", "worker"):
+        service = services[name]
+        assert service["build"] == "." and service["image"] == services["api"]["image"]
+        assert service["command"] == [name] and name in commands
+        grace = Settings.model_fields["shutdown_grace_seconds"].default
+        assert float(service["stop_grace_period"].removesuffix("s")) > grace
+    assert services["worker"]["deploy"]["replicas"] == 2
+    assert services["worker"]["healthcheck"] == {"disable": True}
+    assert any(str(port).startswith("127.0.0.1:") for port in services["api"]["ports"])
+    # The database is reached by the containers only, its data kept on a volume.
+    postgres = services["postgres"]
+    assert postgres["image"].startswith("postgres:")
+    assert "ports" not in postgres
+    [mount] = postgres["volumes"]
+    assert mount.split(":")[0] in compose_postgres["volumes"]
+
+
+def test_the_postgres_variant_points_every_process_at_its_database(
+    compose_postgres: dict[str, Any],
+) -> None:
+    services = compose_postgres["services"]
+    database = services["postgres"]["environment"]
+    user, name = database["POSTGRES_USER"], database["POSTGRES_DB"]
+    for service in (services["api"], services["worker"]):
+        env = service["environment"]
+        url = env["FERRYMAN_DATABASE_URL"]
+        assert url == f"postgresql://{user}@postgres:5432/{name}"
+        assert engine_name(url) == "postgresql"
+        # Results in the database: a container's own directory would be its only.
+        assert results_directory(env["FERRYMAN_RESULTS_URL"]) is None
+        # One password, required, in no file: libpq reads PGPASSWORD, the URL has none.
+        assert _required_variable(env["PGPASSWORD"]) == _required_variable(
+            database["POSTGRES_PASSWORD"]
+        )
+        assert not [k for k in env if k.startswith("FERRYMAN_") and k.upper() not in KNOWN]
+        assert "volumes" not in service  # nothing of a process's own to share
+
+
+def test_the_postgres_variant_starts_in_order_of_health(compose_postgres: dict[str, Any]) -> None:
+    services = compose_postgres["services"]
+    test = services["postgres"]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL" and test[1].startswith("pg_isready ")
+    database = services["postgres"]["environment"]
+    assert f"-U {database['POSTGRES_USER']}" in test[1]
+    assert f"-d {database['POSTGRES_DB']}" in test[1]
+    healthy = {"condition": "service_healthy"}
+    assert services["api"]["depends_on"] == {"postgres": healthy}
+    assert services["worker"]["depends_on"] == {"postgres": healthy, "api": healthy}
