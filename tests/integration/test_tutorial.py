@@ -45,6 +45,10 @@ DOCUMENTED_ADDRESS = "127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 40.0
+# A reader who takes a while to switch terminals before starting a worker: longer than
+# the tour's lease (3 s) plus lease + visibility (7 s), where a sweeper with its default
+# stall threshold would re-send the job a crashed worker left.
+SLOW_READER_PAUSE_SECONDS = 15.0
 
 _DIRECTIVE = re.compile(r"^<!--\s*tutorial:\s*(.*?)\s*-->$")
 
@@ -172,10 +176,20 @@ class Background:
 
 
 class Reader:
-    """Does what the tutorial says, as a reader with three terminals would."""
+    """Does what the tutorial says, as a reader with three terminals would; a slow one
+    takes ``pause_before_worker_seconds`` before starting each worker."""
 
-    def __init__(self, workdir: Path, harness: Path, env: dict[str, str], port: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        harness: Path,
+        env: dict[str, str],
+        port: int,
+        *,
+        pause_before_worker_seconds: float = 0.0,
+    ) -> None:
         self.workdir, self.harness, self.env, self.port = workdir, harness, env, port
+        self.pause_before_worker_seconds = pause_before_worker_seconds
         self.background: dict[str, Background] = {}
         # Terminal 2: one shell for every command block.
         self.shell = subprocess.Popen(
@@ -225,6 +239,9 @@ class Reader:
 
     def start(self, step: Step) -> None:
         assert step.name not in self.background, f"{step.name} is already running"
+        if step.name == "worker":
+            # The reader's own pace, not a wait for something to happen.
+            time.sleep(self.pause_before_worker_seconds)
         log = self.harness / f"{step.name}-{step.line}.log"
         log_file = log.open("wb")
         process = subprocess.Popen(
@@ -321,9 +338,9 @@ def test_the_output_check_needs_every_line_in_order() -> None:
     assert first_missing_line(["gen_999"], output) == "gen_999"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_every_command_of_the_tutorial_runs_as_documented(tmp_path: Path) -> None:
+def _follow(tmp_path: Path, steps: list[Step], *, pause_before_worker_seconds: float) -> Path:
+    """Do the steps in a fresh directory, the installed ``ferryman`` first on PATH; the
+    directory the tour ran in."""
     ferryman = Path(sys.executable).parent / "ferryman"
     assert ferryman.exists(), f"the ferryman command is not installed next to {sys.executable}"
     port = free_port()
@@ -336,8 +353,9 @@ def test_every_command_of_the_tutorial_runs_as_documented(tmp_path: Path) -> Non
     workdir, harness = tmp_path / "tour", tmp_path / "harness"
     workdir.mkdir()
     harness.mkdir()
-    steps = parse_tutorial(TUTORIAL.read_text())
-    reader = Reader(workdir, harness, env, port)
+    reader = Reader(
+        workdir, harness, env, port, pause_before_worker_seconds=pause_before_worker_seconds
+    )
     try:
         for step in steps:
             if step.kind == "run":
@@ -348,4 +366,25 @@ def test_every_command_of_the_tutorial_runs_as_documented(tmp_path: Path) -> Non
                 reader.stop(step)
     finally:
         reader.close()
+    return workdir
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_command_of_the_tutorial_runs_as_documented(tmp_path: Path) -> None:
+    steps = parse_tutorial(TUTORIAL.read_text())
+    workdir = _follow(tmp_path, steps, pause_before_worker_seconds=0.0)
     assert (workdir / "ferryman.db").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_reader_slow_to_start_the_worker_sees_the_history_step_6_shows(
+    tmp_path: Path,
+) -> None:
+    # Up to step 6's history of the crashed job: the worker that takes it over starts
+    # well after the crash, as on a busy machine or with a reader who takes their time.
+    steps = parse_tutorial(TUTORIAL.read_text())
+    last = next(i for i, step in enumerate(steps) if 'job_history "$CRASH_JOB"' in step.script)
+    assert "ATTEMPT_ABANDONED" in "\n".join(steps[last].expected)
+    _follow(tmp_path, steps[: last + 1], pause_before_worker_seconds=SLOW_READER_PAUSE_SECONDS)
