@@ -95,7 +95,8 @@ class Job:
     payload_version: int = PAYLOAD_VERSION
     status: JobStatus = JobStatus.QUEUED
     dispatch_state: DispatchState = DispatchState.PENDING
-    # Attempts started in the current series (reset by an operator's replay).
+    # Attempts started, across an operator's replays too: the number of the latest
+    # attempt, as the job's attempt list shows it (the budgets below are per series).
     attempt_count: int = 0
     # Attempts of the current series that ended in a retryable model failure,
     # and how many of those were INVALID_OUTPUT: the two retry budgets.
@@ -406,7 +407,6 @@ def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
         status=JobStatus.QUEUED,
         # A replay needs a new message; until one is known to exist, the outbox owns it.
         dispatch_state=DispatchState.PENDING,
-        attempt_count=0,
         failure_count=0,
         invalid_output_count=0,
         deliveries_without_outcome=0,

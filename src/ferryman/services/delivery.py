@@ -523,13 +523,15 @@ class DeliveryHandler:
         return Verdict.DEAD_LETTERED
 
     async def _ack_duplicate(self, delivery: Delivery, job: Job | None) -> Verdict:
+        """A message for a job that is gone or finished: nothing to run. Counted and
+        logged, not written into the job's history, which ends with its terminal event."""
         metrics.DUPLICATE_DELIVERIES.inc()
-        if job is not None:
-            await self._store.record_event(
-                job.job_id,
-                EventKind.DUPLICATE_DELIVERY,
-                now=self._clock.now(),
-                detail={"status": str(job.status), "receive_count": delivery.receive_count},
+        if log_enabled(logging.INFO):
+            log.info(
+                "delivery.duplicate",
+                job_id=delivery.message.job_id,
+                status=None if job is None else str(job.status),
+                receive_count=delivery.receive_count,
             )
         await self._ack(delivery)
         return Verdict.DUPLICATE

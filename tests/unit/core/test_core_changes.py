@@ -851,3 +851,68 @@ def test_a_change_that_keeps_the_job_still_gives_a_new_revision_of_its_own(
         change.expected_revision,
         before.revision + 1,
     )
+
+
+# --- a finished job's history ends with its terminal event ------------------------------
+
+
+def _finished(jobs: Jobs) -> list[Job]:
+    return [
+        jobs.failed(),
+        jobs.waiting(status=JobStatus.SUCCEEDED, result_ref="r", completed_at=NOW - 5),
+        jobs.waiting(status=JobStatus.CANCELLED, completed_at=NOW - 5),
+    ]
+
+
+@pytest.mark.parametrize("redispatch", [True, False])
+def test_a_finished_job_is_not_dispatched_again(redispatch: bool, jobs: Jobs) -> None:
+    for job in _finished(jobs):
+        assert changes.mark_dispatched(job, now=NOW, redispatch=redispatch) is None
+        assert changes.mark_dispatched(job, now=NOW, redispatch=True, enqueue=True) is None
+
+
+def test_a_duplicate_delivery_of_a_finished_job_is_not_noted(jobs: Jobs) -> None:
+    for job in _finished(jobs):
+        assert changes.note(job, EventKind.DUPLICATE_DELIVERY, now=NOW, detail={}) is None
+
+
+def test_a_redispatch_can_carry_its_message(jobs: Jobs) -> None:
+    change = changes.mark_dispatched(jobs.waiting(), now=NOW, redispatch=True, enqueue=True)
+
+    assert change is not None
+    assert change.enqueue is True
+    assert kinds(change) == [EventKind.REDISPATCHED]
+
+
+def test_a_lost_lease_on_a_finished_job_explains_the_attempt_without_an_event(
+    jobs: Jobs,
+) -> None:
+    report = AttemptReport(outcome=AttemptOutcome.LEASE_LOST, latency_ms=99, input_tokens=7)
+    for job in _finished(jobs):
+        change = changes.lease_lost(job, _attempt(None), now=NOW, report=report)
+
+        assert change is not None
+        assert change.events == ()
+        assert change.closed == (ending(report, replaces_abandoned=True),)
+        assert facts(change.after) == facts(job)
+
+
+def test_no_transition_adds_an_event_after_a_terminal_one(jobs: Jobs) -> None:
+    """Every transition, offered a finished job, refuses, wants nothing, or writes no
+    event: only a replay (which makes the job unfinished again) continues a history."""
+    for name, (_, transition) in TRANSITIONS.items():
+        for job in _finished(jobs):
+            try:
+                change = transition(job)
+            except (IllegalTransitionError, StaleFenceError):
+                continue
+            if change is None or not change.after.status.terminal:
+                continue
+            assert change.events == (), f"{name} wrote {kinds(change)} after {job.status}"
+
+
+def test_the_rule_holds_for_any_change_core_makes(jobs: Jobs) -> None:
+    # The guard itself: an event after a terminal one is refused where changes are made.
+    job = jobs.failed()
+    with pytest.raises(IllegalTransitionError, match="ends with its terminal event"):
+        changes._change(job, job, now=NOW, events=[(EventKind.DUPLICATE_DELIVERY, {})])
