@@ -145,10 +145,15 @@ class JobStore(Protocol):
         ...
 
     async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
-        """Non-terminal jobs nothing seems to drive, oldest updated_at first. All have
+        """Non-terminal jobs nothing drives, oldest updated_at first. All have
         updated_at before now - older_than, and one of: dispatch PENDING (QUEUED or
         RETRY_SCHEDULED); PROCESSING with lease_until before now - older_than;
-        RETRY_SCHEDULED with not_before before now - older_than."""
+        RETRY_SCHEDULED with not_before before now - older_than. Where the engine keeps
+        the queue with the jobs (``enqueues_with_job``), a job with a message still in
+        the queue (visible, in flight or delayed) is not among them: that message's
+        next delivery drives it. An engine whose queue is elsewhere cannot tell and
+        lists it anyway (the message the sweeper re-sends is then a harmless
+        duplicate)."""
         ...
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:

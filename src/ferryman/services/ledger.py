@@ -191,13 +191,28 @@ class JobLedger:
         return await self._store.create_many(batch, idempotency_expires_at=idempotency_expires_at)
 
     async def mark_dispatched(self, job_id: str, *, now: float, redispatch: bool = False) -> None:
-        """Its message was (re)sent now. A job gone meanwhile needs nothing."""
+        """Its message was (re)sent now. A job gone or finished meanwhile needs nothing."""
         try:
             await self._mutate(
                 job_id, lambda job: changes.mark_dispatched(job, now=now, redispatch=redispatch)
             )
         except JobNotFoundError:
             return
+
+    async def redispatch(self, job_id: str, *, now: float) -> bool:
+        """Send the job a new message in the transaction that records it (engines that
+        enqueue with the job), so a job that finished meanwhile gets neither a message
+        nor an event. False when nothing was sent (the job is gone or finished)."""
+        if not self._store.enqueues_with_job:
+            raise ValueError("this engine cannot send a message with a change")
+        try:
+            _, change = await self._mutate(
+                job_id,
+                lambda job: changes.mark_dispatched(job, now=now, redispatch=True, enqueue=True),
+            )
+        except JobNotFoundError:
+            return False
+        return change is not None
 
     # --- the worker ----------------------------------------------------------------
 
@@ -476,7 +491,7 @@ class JobLedger:
     async def record_event(
         self, job_id: str, kind: EventKind, *, now: float, detail: dict[str, Any] | None = None
     ) -> None:
-        """Record an event about a job (nothing if the job is gone)."""
+        """Record an event about a job (nothing if the job is gone or finished)."""
         try:
             await self._mutate(
                 job_id, lambda job: changes.note(job, kind, now=now, detail=detail or {})

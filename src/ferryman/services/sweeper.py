@@ -6,9 +6,13 @@ Two sources of stranded jobs:
   caller polls a running job forever; an operator can replay it;
 - stalled jobs whose message is gone or was never sent (outbox gap, expired
   lease with its message dead-lettered while a live owner still held the job):
-  the sweeper sends a new message. Duplicates are harmless, since a job id, not a
-  message, is the identity, and a claim admits only one owner; and a crash loop
-  stays bounded because deliveries without an outcome are counted on the job.
+  the sweeper sends a new message. A job whose message is still queued is not
+  stalled, however long it waits for a free worker (JobStore.stalled): its next
+  delivery takes it over. Where the engine can, the message goes in the same
+  transaction as the REDISPATCHED event, so a job that finished meanwhile gets
+  neither. Duplicates are harmless, since a job id, not a message, is the identity,
+  and a claim admits only one owner; and a crash loop stays bounded because
+  deliveries without an outcome are counted on the job.
 With a retention period set, it also purges finished jobs older than that.
 Running several sweepers at once is safe: every change is a conditional write.
 """
@@ -142,8 +146,15 @@ class Sweeper:
         stalled = await self._store.stalled(
             now=now, older_than_seconds=self._stalled_after_seconds, limit=BATCH
         )
+        sent = 0
         for job in stalled:
-            await self._queue.send(QueueMessage.for_job(job))
-            await self._store.mark_dispatched(job.job_id, now=now, redispatch=True)
+            if self._store.enqueues_with_job:
+                # The message goes with the change: none for a job finished meanwhile.
+                if not await self._store.redispatch(job.job_id, now=now):
+                    continue
+            else:
+                await self._queue.send(QueueMessage.for_job(job))
+                await self._store.mark_dispatched(job.job_id, now=now, redispatch=True)
             metrics.REDISPATCHED.inc()
-        return len(stalled)
+            sent += 1
+        return sent

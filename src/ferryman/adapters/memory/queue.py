@@ -86,6 +86,11 @@ class InMemoryJobQueue:
                 except TimeoutError:
                     pass
 
+    def holds_message_for(self, job_id: str) -> bool:
+        """Whether a message of this job is in the queue (visible, in flight or
+        delayed): what the store's stalled scan asks, under its own lock."""
+        return any(stored.message.job_id == job_id for stored in self._messages.values())
+
     async def any_visible(self) -> bool:
         now = self._clock.now()
         return any(stored.visible_at <= now for stored in self._messages.values())

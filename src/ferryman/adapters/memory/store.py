@@ -27,16 +27,16 @@ from ferryman.ports.store import Accepted, TenantUsage, UsageGroup, UsageRow
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
+    from ferryman.adapters.memory.queue import InMemoryJobQueue
     from ferryman.core.changes import Change
     from ferryman.core.job import Attempt, Event, Job
-    from ferryman.ports.queue import JobQueue
     from ferryman.ports.store import CreateOutcome, JobPage
 
 
 class InMemoryJobStore:
     """Jobs, idempotency entries, attempts and events in memory (tests and demos)."""
 
-    def __init__(self, *, queue: JobQueue | None = None) -> None:
+    def __init__(self, *, queue: InMemoryJobQueue | None = None) -> None:
         self._queue = queue
         self._jobs: dict[str, Job] = {}
         self._keys: dict[tuple[str, str], IdempotencyEntry] = {}
@@ -182,10 +182,14 @@ class InMemoryJobStore:
         def stalled(job: Job) -> bool:
             if job.status.terminal or not before_cutoff(job.updated_at):
                 return False
-            return (
+            undriven = (
                 (job.dispatch_state is DispatchState.PENDING and job.status in WAITING_STATUSES)
                 or (job.status is JobStatus.PROCESSING and before_cutoff(job.lease_until))
                 or (job.status is JobStatus.RETRY_SCHEDULED and before_cutoff(job.not_before))
+            )
+            # A message still queued drives the job; without the queue we cannot tell.
+            return undriven and not (
+                self._queue is not None and self._queue.holds_message_for(job.job_id)
             )
 
         found = sorted(

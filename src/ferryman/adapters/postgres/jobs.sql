@@ -100,6 +100,15 @@ WHERE status IN ('QUEUED', 'PROCESSING', 'RETRY_SCHEDULED')
     OR (status = 'PROCESSING' AND lease_until < %(cutoff)s)
     OR (status = 'RETRY_SCHEDULED' AND not_before < %(cutoff)s)
   )
+  -- Not stranded while a message of the job is still queued (visible, in flight or
+  -- delayed): its next delivery drives the job, and a re-sent one would only be
+  -- delivered again. A job's message ids are 'msg_<job_id>_...' (messages.py): a seek
+  -- in the primary key ('`' is the character after '_').
+  AND NOT EXISTS (
+      SELECT 1 FROM messages
+      WHERE messages.id > ('msg_' || jobs.job_id || '_') COLLATE "C"
+        AND messages.id < ('msg_' || jobs.job_id || '`') COLLATE "C"
+  )
 ORDER BY updated_at, job_id
 LIMIT %(limit)s;
 
