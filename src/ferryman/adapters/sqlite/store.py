@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from ferryman.core.job import Attempt, Event, Job, JobStatus
     from ferryman.ports.store import CreateOutcome, UsageGroup
 
-# A write refused this recently still makes the store not ready, even if the probe's
-# own small write got through (a nearly full disk takes some writes and not others).
+# A refused write keeps the store not ready, even if the probe's own small write got
+# through (a nearly full disk takes some writes and not others), until work is written
+# again or, in a process with no work to write, for this long.
 WRITE_FAILURE_MEMORY_SECONDS = 10.0
 
 # Above every job_id ("gen_" + ULID, ASCII): the first page's upper bound.
@@ -210,7 +211,7 @@ class SqliteJobStore:
             # Goes through the group-commit writer like every other write, so it fails
             # exactly when they do (a locked file, a full disk).
             at = self._clock.now() if self._clock is not None else 0.0
-            await self._db.write(lambda conn: conn.execute(JOBS["write_probe"], {"at": at}))
+            await self._db.probe_write(lambda conn: conn.execute(JOBS["write_probe"], {"at": at}))
             failure = self._db.recent_write_failure(WRITE_FAILURE_MEMORY_SECONDS)
             if failure is not None:
                 raise StoreUnavailableError(f"a write failed in the last seconds: {failure}")

@@ -80,6 +80,20 @@ def begin_immediate(conn: sqlite3.Connection, *, patience_seconds: float) -> Non
             wait = min(wait * 2, _LONGEST_LOCK_WAIT_SECONDS)
 
 
+class ProbeWrite:
+    """A write made only to see whether writes go through (readiness): its success says
+    nothing about the writes that carry work (a nearly full disk takes a small write
+    and refuses a large one), so it never counts as the store's recovery."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        return self.fn(conn)
+
+
 class GroupCommitWriter:
     """The single writer thread of one SQLite connection."""
 
@@ -98,9 +112,12 @@ class GroupCommitWriter:
             self._commit_batch, max_batch=max_batch, name=name
         )
         # The latest write the engine refused (a locked file, a full disk), on the
-        # monotonic clock: readiness reports it for a while after it happened.
+        # monotonic clock: readiness reports it until work is written again.
         self.last_failure_at: float | None = None
         self.last_failure: str | None = None
+        # The latest commit of work (not only probes) in which no write was refused.
+        self.last_success_at: float | None = None
+        self._failures = 0
 
     @property
     def commits(self) -> int:
@@ -123,6 +140,7 @@ class GroupCommitWriter:
         self._thread.close()
 
     def _commit_batch(self, ops: list[Callable[[sqlite3.Connection], Any]]) -> list[Outcome]:
+        failures = self._failures
         try:
             self._begin()
             outcomes = self._run_plainly(ops)
@@ -139,6 +157,8 @@ class GroupCommitWriter:
             self._note_failure(exc)
             failed = Outcome(error=unavailable(exc))
             return [failed] * len(ops)
+        if self._failures == failures and not all(isinstance(op, ProbeWrite) for op in ops):
+            self.last_success_at = time.monotonic()
         return outcomes
 
     def _begin(self) -> None:
@@ -185,6 +205,7 @@ class GroupCommitWriter:
     def _note_failure(self, exc: sqlite3.Error) -> None:
         self.last_failure = f"{type(exc).__name__}: {exc}"
         self.last_failure_at = time.monotonic()
+        self._failures += 1
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
