@@ -273,7 +273,11 @@ def test_dlq_list_on_an_empty_database(tmp_path: Path) -> None:
     assert "No dead-lettered jobs" in done.stderr
     as_json = ferryman(tmp_path, "dlq", "list", "--json")
     assert as_json.returncode == 0
-    assert json.loads(as_json.stdout) == {"data": [], "next_cursor": None}
+    assert json.loads(as_json.stdout) == {
+        "data": [],
+        "next_cursor": None,
+        "undecodable_letters": 0,
+    }
 
 
 def test_dlq_replay_reports_unknown_jobs_as_skipped(tmp_path: Path) -> None:

@@ -137,6 +137,7 @@ async def test_metrics_exposes_queue_and_job_series(
         "ferryman_jobs_accepted_total",
         "ferryman_queue_depth",
         "ferryman_dead_letter_queue_depth",
+        "ferryman_undecodable_dead_letters",
         "ferryman_in_flight",
         "ferryman_oldest_message_age_seconds",
     ):

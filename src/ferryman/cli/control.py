@@ -132,6 +132,7 @@ async def _overview(s: Settings) -> Overview:
                 "in_flight": stats.in_flight,
                 "oldest_age_seconds": stats.oldest_age_seconds,
                 "dead_letters": stats.dead_letters,
+                "undecodable_letters": stats.undecodable_letters,
             },
         )
 
@@ -154,7 +155,11 @@ def _overview_table(state: Overview) -> Table:
     table.add_row("queue waiting", str(queue["visible"]))
     table.add_row("queue in flight", str(queue["in_flight"]))
     table.add_row("oldest waiting", f"{float(queue['oldest_age_seconds']):.1f}s")
-    table.add_row("dead letters", str(queue["dead_letters"]))
+    undecodable = int(queue.get("undecodable_letters", 0))
+    dead = str(queue["dead_letters"])
+    if undecodable:
+        dead += f" ({undecodable} no worker can read: ferryman dlq list)"
+    table.add_row("dead letters", dead)
     if not state.ready:
         err_console.print("not ready: see the failed checks", style="red")
     return table

@@ -14,6 +14,7 @@
     │       └── StorageQuotaExceededError    too many stored jobs
     ├── JobNotFoundError                no such job for this tenant
     ├── ApiKeyNotFoundError             no such API key
+    ├── DeadLetterNotFoundError         no such undecodable dead letter
     ├── AlreadyTerminalError            cancel on a finished job
     ├── StateConflictError              a conditional write lost its condition
     │   ├── IllegalTransitionError      the job's status does not allow it
@@ -145,6 +146,12 @@ class JobNotFoundError(FerrymanError):
 
 class ApiKeyNotFoundError(FerrymanError):
     """No such API key."""
+
+    code = "not_found"
+
+
+class DeadLetterNotFoundError(FerrymanError):
+    """No undecodable dead letter of that id."""
 
     code = "not_found"
 

@@ -89,6 +89,13 @@ class ReplayRequest(BaseModel):
     include_failed: bool = False
 
 
+class PurgeLettersRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dead_letter_ids: list[str] = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=500)
+
+
 class SwitchRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",

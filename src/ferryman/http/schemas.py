@@ -196,6 +196,40 @@ class AdminJobHistory(JobHistory):
 class AdminJobPage(_Body):
     data: list[AdminJob]
     next_cursor: str | None
+    undecodable_letters: int = Field(
+        description="Messages in the dead-letter queue that name no job (no worker can "
+        "read them), not among the jobs above: see /v1/admin/dead-letters/undecodable."
+    )
+
+
+class UndecodableLetterSummary(_Body):
+    id: str
+    sent_at: Timestamp
+    dead_lettered_at: Timestamp
+    receive_count: int
+    body_bytes: int = Field(description="The body's size in UTF-8.")
+    body_preview: str = Field(description="Its first 200 characters.")
+    truncated: bool = Field(description="The body is longer than shown.")
+
+
+class UndecodableLetterPage(_Body):
+    data: list[UndecodableLetterSummary]
+    next_cursor: str | None
+
+
+class UndecodableLetter(_Body):
+    id: str
+    sent_at: Timestamp
+    dead_lettered_at: Timestamp
+    receive_count: int
+    body_bytes: int = Field(description="The body's size in UTF-8.")
+    body: str = Field(description="The body as it was sent, up to 65,536 characters.")
+    truncated: bool = Field(description="The body is longer than shown.")
+
+
+class PurgedLetters(_Body):
+    purged: list[str]
+    not_found: list[str] = Field(description="Ids that name no undecodable dead letter.")
 
 
 class SkippedReplay(_Body):

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
     from ferryman.ports.control import AuditRecord
+    from ferryman.ports.queue import UndecodableLetter
     from ferryman.services.jobs import JobView
 
 # Where data lives: for operators, not for tenants.
@@ -222,4 +223,28 @@ def audit_body(record: AuditRecord) -> dict[str, Any]:
         "action": str(record.action),
         "target": record.target,
         "reason": record.reason,
+    }
+
+
+# An undecodable dead letter's body: anything a sender wrote. A list shows its start,
+# one letter at most this much of it (with its full size in bytes).
+LETTER_PREVIEW_CHARS = 200
+LETTER_BODY_MAX_CHARS = 65_536
+
+
+def undecodable_letter_body(letter: UndecodableLetter, *, whole: bool = False) -> dict[str, Any]:
+    """One dead letter no worker can read, as an operator inspects it (``whole``: with
+    its body, up to LETTER_BODY_MAX_CHARS; else a preview)."""
+    # A body is text from anywhere: a lone surrogate would not encode as JSON.
+    body = letter.body.encode("utf-8", "replace").decode("utf-8")
+    limit = LETTER_BODY_MAX_CHARS if whole else LETTER_PREVIEW_CHARS
+    shown = {"body": body[:limit]} if whole else {"body_preview": body[:limit]}
+    return {
+        "id": letter.dead_letter_id,
+        "sent_at": rfc3339(letter.sent_at),
+        "dead_lettered_at": rfc3339(letter.dead_lettered_at),
+        "receive_count": letter.receive_count,
+        "body_bytes": len(body.encode("utf-8")),
+        **shown,
+        "truncated": len(body) > limit,
     }

@@ -98,6 +98,11 @@ OLDEST_MESSAGE_AGE = Gauge(
     "ferryman_oldest_message_age_seconds", "Age of the oldest undeleted message."
 )
 DLQ_DEPTH = Gauge("ferryman_dead_letter_queue_depth", "Messages in the dead-letter queue.")
+UNDECODABLE_DEAD_LETTERS = Gauge(
+    "ferryman_undecodable_dead_letters",
+    "Dead letters whose body no worker can read: no job was failed for them "
+    "(ferryman dlq undecodable).",
+)
 MODEL_LATENCY = Histogram(
     "ferryman_model_latency_seconds", "Model call latency.", ["model"], buckets=_LATENCY_BUCKETS
 )

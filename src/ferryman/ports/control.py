@@ -20,6 +20,7 @@ class AuditAction(enum.StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     REPLAY = "replay"
+    PURGE_DEAD_LETTER = "purge_dead_letter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,7 @@ class AuditRecord:
     at: float
     actor: str
     action: AuditAction
-    target: str  # the switch, or the job replayed
+    target: str  # the switch, the job replayed, or the dead letter purged
     reason: str | None = None
     # Assigned by the store, increasing: the cursor of the log.
     record_id: int | None = None

@@ -6,12 +6,17 @@ layer checks); every replay, pause and resume records who asked and why.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ferryman.core.errors import (
+    DeadLetterNotFoundError,
     FerrymanError,
     IllegalTransitionError,
+    InvalidRequestError,
     JobNotFoundError,
     ResultsUnavailableError,
 )
@@ -22,7 +27,7 @@ from ferryman.ports.queue import QueueMessage
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore, Switch
-    from ferryman.ports.queue import JobQueue, QueueStats
+    from ferryman.ports.queue import JobQueue, QueueStats, UndecodableLetter
     from ferryman.ports.store import JobPage
     from ferryman.services.ledger import JobLedger
     from ferryman.services.results import ResultWriter
@@ -33,6 +38,18 @@ class ReplayReport:
     replayed: list[str] = field(default_factory=list)
     # (job_id, why it was not replayed)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodablePage:
+    letters: list[UndecodableLetter]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeOfLetters:
+    purged: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +86,48 @@ class Operations:
             limit=limit,
             cursor=cursor,
         )
+
+    async def undecodable_letters(
+        self, limit: int = 50, cursor: str | None = None
+    ) -> UndecodablePage:
+        """Dead letters whose body names no job (no worker can read them, so no job was
+        failed for them), oldest first: for an operator to read and purge."""
+        after = None if cursor is None else _letter_position(cursor)
+        letters = await self._queue.undecodable_letters(limit=limit, after=after)
+        last = letters[-1] if len(letters) == limit else None
+        next_cursor = (
+            None if last is None else _letter_cursor(last.dead_lettered_at, last.dead_letter_id)
+        )
+        return UndecodablePage(letters=letters, next_cursor=next_cursor)
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter:
+        """Raises DeadLetterNotFoundError (also for a job's letter: the sweeper's)."""
+        letter = await self._queue.undecodable_letter(dead_letter_id)
+        if letter is None:
+            raise DeadLetterNotFoundError()
+        return letter
+
+    async def purge_undecodable(
+        self, dead_letter_ids: list[str], *, actor: str, reason: str
+    ) -> PurgeOfLetters:
+        """Delete these undecodable letters, each recorded in the audit log; an id that
+        names none (or a job's letter) is listed as not found and left alone."""
+        report = PurgeOfLetters()
+        for dead_letter_id in dict.fromkeys(dead_letter_ids):
+            if not await self._queue.delete_undecodable_letter(dead_letter_id):
+                report.not_found.append(dead_letter_id)
+                continue
+            report.purged.append(dead_letter_id)
+            await self._control.record_audit(
+                AuditRecord(
+                    at=self._clock.now(),
+                    actor=actor,
+                    action=AuditAction.PURGE_DEAD_LETTER,
+                    target=dead_letter_id,
+                    reason=reason,
+                )
+            )
+        return report
 
     async def replay(
         self, job_ids: list[str], *, actor: str, reason: str, include_failed: bool = False
@@ -172,3 +231,27 @@ class Operations:
 
     async def queue_stats(self) -> QueueStats:
         return await self._queue.stats()
+
+
+def _letter_cursor(dead_lettered_at: float, dead_letter_id: str) -> str:
+    """An opaque page cursor: where the page ended, exactly (the float as JSON keeps
+    every bit, so a letter dead-lettered at the same instant is neither lost nor
+    repeated)."""
+    data = json.dumps([dead_lettered_at, dead_letter_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(data.encode()).decode().rstrip("=")
+
+
+def _letter_position(cursor: str) -> tuple[float, str]:
+    """Raises InvalidRequestError for a cursor this list did not give."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, dead_letter_id = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+    except (ValueError, UnicodeError, binascii.Error, TypeError):
+        raise InvalidRequestError("the cursor is not a next_cursor this list gave") from None
+    if (
+        not isinstance(at, int | float)
+        or isinstance(at, bool)
+        or not isinstance(dead_letter_id, str)
+    ):
+        raise InvalidRequestError("the cursor is not a next_cursor this list gave")
+    return float(at), dead_letter_id

@@ -15,6 +15,11 @@ Two sources of stranded jobs:
   deliveries without an outcome are counted on the job.
 With a retention period set, it also purges finished jobs older than that.
 Running several sweepers at once is safe: every change is a conditional write.
+
+A dead letter whose body no worker can read names no job to fail; it stays in the
+dead-letter queue for an operator. Each sweeper logs every such letter once
+(``queue.undecodable_dead_letter``, without its body), the first round all it finds,
+so one is never seen only as a dead-letter count that no job list explains.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class SweepReport:
     dead_lettered: int = 0
     redispatched: int = 0
     purged: int = 0
+    # Undecodable dead letters this sweeper logged for the first time.
+    undecodable: int = 0
 
 
 class Sweeper:
@@ -71,6 +78,8 @@ class Sweeper:
         self._stalled_after_seconds = stalled_after_seconds
         self._retention = retention
         self._retention_seconds = retention_seconds
+        # The last undecodable letter logged (dead_lettered_at, id): each is logged once.
+        self._undecodable_logged: tuple[float, str] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -91,9 +100,28 @@ class Sweeper:
 
     async def sweep_once(self) -> SweepReport:
         dead = await self._fail_dead_letters()
+        undecodable = await self._log_undecodable_letters()
         redispatched = await self._redispatch_stalled()
         purged = await self._purge_old()
-        return SweepReport(dead_lettered=dead, redispatched=redispatched, purged=purged)
+        return SweepReport(
+            dead_lettered=dead, redispatched=redispatched, purged=purged, undecodable=undecodable
+        )
+
+    async def _log_undecodable_letters(self) -> int:
+        letters = await self._queue.undecodable_letters(limit=BATCH, after=self._undecodable_logged)
+        for letter in letters:
+            log.warning(
+                "queue.undecodable_dead_letter",
+                dead_letter_id=letter.dead_letter_id,
+                body_bytes=len(letter.body.encode("utf-8", "surrogatepass")),
+                receive_count=letter.receive_count,
+                hint="no worker can read it; see `ferryman dlq list`, remove it with "
+                "`ferryman dlq purge`",
+            )
+        if letters:
+            last = letters[-1]
+            self._undecodable_logged = (last.dead_lettered_at, last.dead_letter_id)
+        return len(letters)
 
     async def _purge_old(self) -> int:
         if self._retention is None or self._retention_seconds is None:

@@ -325,3 +325,40 @@ async def test_the_sweeper_runs_rounds_until_told_to_stop(make_world, eventually
     await eventually(failed, within_seconds=5)
     stop.set()
     await asyncio.wait_for(task, timeout=5)
+
+
+async def _send_undecodable(world, body: str) -> None:
+    """A message ferryman did not write, received once: dead-lettered as undecodable."""
+    at = world.clock.now()
+    await world.queue._db.write(
+        lambda conn: conn.execute(
+            "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at) "
+            "VALUES (?, ?, 't1', ?, ?)",
+            (f"raw_{at}", body, at, at),
+        )
+    )
+    assert await world.queue.receive(max_messages=1, visibility_timeout_seconds=1) == []
+    world.clock.advance(1)
+
+
+async def test_each_undecodable_dead_letter_is_logged_once_without_its_body(
+    sqlite_world, capsys
+) -> None:
+    world = sqlite_world
+    sweeper = world.sweeper()
+    await _send_undecodable(world, "secret-looking junk")
+
+    first = await sweeper.sweep_once()
+    again = await sweeper.sweep_once()
+    await _send_undecodable(world, "more junk")
+    later = await sweeper.sweep_once()
+
+    assert (first.undecodable, again.undecodable, later.undecodable) == (1, 0, 1)
+    lines = [x for x in capsys.readouterr().out.splitlines() if "undecodable_dead_letter" in x]
+    letters = await world.queue.undecodable_letters(limit=10)
+    assert len(lines) == 2
+    for line, letter in zip(lines, letters, strict=True):
+        assert letter.dead_letter_id in line and "ferryman dlq" in line
+        assert "junk" not in line
+    # A sweeper started later (another process, a restart) tells of what is there.
+    assert (await world.sweeper().sweep_once()).undecodable == 2

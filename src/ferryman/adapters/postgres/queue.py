@@ -15,9 +15,19 @@ from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute
 from ferryman.adapters.postgres.grouping import Statement
 from ferryman.adapters.postgres.sql import QUEUE
-from ferryman.ports.queue import DeadLetter, DeadLetterReason, Delivery, QueueMessage, QueueStats
+from ferryman.ports.queue import (
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    QueueMessage,
+    QueueStats,
+    UndecodableLetter,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from ferryman.adapters.postgres.database import PostgresDatabase
     from ferryman.core.clock import Clock
     from ferryman.ports.queue import TenantBudget
@@ -154,6 +164,25 @@ class PostgresJobQueue:
     async def delete_dead_letter(self, dead_letter_id: str) -> None:
         await self._db.execute(QUEUE["delete_dead_letter"], {"id": dead_letter_id})
 
+    async def undecodable_letters(
+        self, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[UndecodableLetter]:
+        params = {
+            "limit": max(0, limit),
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
+        }
+        rows = await self._db.fetch_all(QUEUE["undecodable_letters"], params)
+        return [_undecodable(row) for row in rows]
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
+        row = await self._db.fetch_one(QUEUE["undecodable_letter"], {"id": dead_letter_id})
+        return None if row is None else _undecodable(row)
+
+    async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
+        deleted = await self._db.execute(QUEUE["delete_undecodable_letter"], {"id": dead_letter_id})
+        return deleted == 1
+
     async def stats(self) -> QueueStats:
         now = self._clock.now()
         row = await self._db.fetch_one(QUEUE["message_stats"], {"now": now})
@@ -164,4 +193,15 @@ class PostgresJobQueue:
             in_flight=row["in_flight"],
             oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest),
             dead_letters=row["dead_letters"],
+            undecodable_letters=row["undecodable_letters"],
         )
+
+
+def _undecodable(row: Mapping[str, Any]) -> UndecodableLetter:
+    return UndecodableLetter(
+        dead_letter_id=row["id"],
+        body=row["body"],
+        sent_at=row["sent_at"],
+        dead_lettered_at=row["dead_lettered_at"],
+        receive_count=row["receive_count"],
+    )

@@ -16,6 +16,7 @@ from ferryman.ports.queue import (
     QueueMessage,
     QueueStats,
     Received,
+    UndecodableLetter,
 )
 
 if TYPE_CHECKING:
@@ -239,6 +240,35 @@ class SqliteJobQueue:
             lambda conn: conn.execute(QUEUE["delete_dead_letter"], {"id": dead_letter_id})
         )
 
+    async def undecodable_letters(
+        self, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[UndecodableLetter]:
+        params = {
+            "limit": max(0, limit),
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
+        }
+        rows = await self._db.read(
+            lambda conn: conn.execute(QUEUE["undecodable_letters"], params).fetchall()
+        )
+        return [_undecodable(row) for row in rows]
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
+        row = await self._db.read(
+            lambda conn: conn.execute(
+                QUEUE["undecodable_letter"], {"id": dead_letter_id}
+            ).fetchone()
+        )
+        return None if row is None else _undecodable(row)
+
+    async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
+        deleted: int = await self._db.write(
+            lambda conn: (
+                conn.execute(QUEUE["delete_undecodable_letter"], {"id": dead_letter_id}).rowcount
+            )
+        )
+        return deleted == 1
+
     async def any_visible(self) -> bool:
         return await self._db.read(partial(_any_visible, now=self._clock.now()))
 
@@ -295,6 +325,16 @@ def _dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[DeadLetter]:
     return letters
 
 
+def _undecodable(row: sqlite3.Row) -> UndecodableLetter:
+    return UndecodableLetter(
+        dead_letter_id=row["id"],
+        body=row["body"],
+        sent_at=row["sent_at"],
+        dead_lettered_at=row["dead_lettered_at"],
+        receive_count=row["receive_count"],
+    )
+
+
 def _stats(conn: sqlite3.Connection, *, now: float) -> QueueStats:
     row = conn.execute(QUEUE["message_stats"], {"now": now}).fetchone()
     dead = conn.execute(QUEUE["dead_letter_count"]).fetchone()
@@ -304,4 +344,5 @@ def _stats(conn: sqlite3.Connection, *, now: float) -> QueueStats:
         in_flight=row["in_flight"],
         oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest),
         dead_letters=dead["n"],
+        undecodable_letters=dead["undecodable"],
     )
