@@ -306,7 +306,7 @@ async def test_an_undecodable_dead_letter_is_counted_listed_shown_and_purged(
     assert gone.status_code == 404
 
 
-async def test_undecodable_letters_page_in_the_order_they_came(
+async def test_undecodable_letters_page_in_the_order_they_were_dead_lettered(
     clients: Clients, http_stack: HttpStack
 ) -> None:
     letter_ids = await _undecodable(http_stack, "first", "[2]", "x" * 500)
@@ -321,8 +321,8 @@ async def test_undecodable_letters_page_in_the_order_they_came(
 
     assert [i["id"] for i in first["data"] + rest["data"]] == letter_ids
     assert rest["next_cursor"] is None
-    long = rest["data"][0]
-    assert (len(long["body_preview"]), long["body_bytes"], long["truncated"]) == (200, 500, True)
+    [long] = [i for i in first["data"] + rest["data"] if i["body_bytes"] == 500]
+    assert (len(long["body_preview"]), long["truncated"]) == (200, True)
 
 
 @pytest.mark.parametrize("cursor", ["nope", "W10", "WyJhIiwiYiJd", "!!"])

@@ -202,14 +202,17 @@ class AdminJobPage(_Body):
     )
 
 
-class UndecodableLetterSummary(_Body):
+class _UndecodableLetterFields(_Body):
     id: str
     sent_at: Timestamp
     dead_lettered_at: Timestamp
     receive_count: int
     body_bytes: int = Field(description="The body's size in UTF-8.")
-    body_preview: str = Field(description="Its first 200 characters.")
     truncated: bool = Field(description="The body is longer than shown.")
+
+
+class UndecodableLetterSummary(_UndecodableLetterFields):
+    body_preview: str = Field(description="Its first 200 characters.")
 
 
 class UndecodableLetterPage(_Body):
@@ -217,14 +220,8 @@ class UndecodableLetterPage(_Body):
     next_cursor: str | None
 
 
-class UndecodableLetter(_Body):
-    id: str
-    sent_at: Timestamp
-    dead_lettered_at: Timestamp
-    receive_count: int
-    body_bytes: int = Field(description="The body's size in UTF-8.")
+class UndecodableLetter(_UndecodableLetterFields):
     body: str = Field(description="The body as it was sent, up to 65,536 characters.")
-    truncated: bool = Field(description="The body is longer than shown.")
 
 
 class PurgedLetters(_Body):

@@ -86,18 +86,7 @@ async def test_replay_on_the_outbox_path_sends_a_message(make_world) -> None:
 
 async def test_stalled_processing_job_without_a_message_is_redispatched_once(make_world) -> None:
     world = make_world()
-    job = await world.submit("x")
-    delivery = (await world.queue.receive(max_messages=1, visibility_timeout_seconds=60))[0]
-    now = world.clock.now()
-    await world.store.claim(
-        job.job_id,
-        attempt_id=new_attempt_id(),
-        worker_id="dead",
-        now=now,
-        lease_until=now + 60,
-        max_deliveries_without_outcome=world.max_receives,
-    )
-    await world.queue.delete(delivery.receipt)  # the message is gone, the owner died
+    job = await _orphaned(world, lease_seconds=60)
     sweeper = world.sweeper(stalled_after_seconds=120)
     assert (await sweeper.sweep_once()).redispatched == 0  # not stalled yet
     world.clock.advance(200)
@@ -115,17 +104,7 @@ async def test_a_crashed_job_whose_message_waits_to_be_taken_over_is_not_resent(
     timeout but waits behind busy workers longer than the stall threshold. It is not
     stranded: re-sending it would only deliver the job twice."""
     world = make_world()
-    job = await world.submit("x")
-    [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)
-    now = world.clock.now()
-    await world.store.claim(
-        job.job_id,
-        attempt_id=new_attempt_id(),
-        worker_id="dead",
-        now=now,
-        lease_until=now + 60,
-        max_deliveries_without_outcome=world.max_receives,
-    )
+    job, delivery = await _held_by_a_dead_worker(world, lease_seconds=60)
     world.clock.advance(500)  # lease and visibility long over, nobody received it yet
 
     assert (await world.sweeper(stalled_after_seconds=120).sweep_once()).redispatched == 0
@@ -143,18 +122,7 @@ async def test_a_job_that_fails_after_the_stalled_scan_ends_its_history_there(
     make_world, monkeypatch, outbox: bool
 ) -> None:
     world = make_world(outbox=outbox)
-    job = await world.submit("x")
-    delivery = (await world.queue.receive(max_messages=1, visibility_timeout_seconds=60))[0]
-    now = world.clock.now()
-    await world.store.claim(
-        job.job_id,
-        attempt_id=new_attempt_id(),
-        worker_id="dead",
-        now=now,
-        lease_until=now + 60,
-        max_deliveries_without_outcome=world.max_receives,
-    )
-    await world.queue.delete(delivery.receipt)  # the message is gone, the owner died
+    job = await _orphaned(world, lease_seconds=60)
     world.clock.advance(200)
     scan = world.store.stalled
 
@@ -266,11 +234,11 @@ async def test_several_dead_letters_fail_as_many_jobs(make_world):
     assert {(await world.job(j.job_id)).status for j in jobs} == {JobStatus.FAILED}
 
 
-async def _orphaned(world, *, lease_seconds: float):
-    """A job whose owner died holding a lease of ``lease_seconds`` and whose message is gone."""
+async def _held_by_a_dead_worker(world, *, lease_seconds: float):
+    """A job claimed under a lease of ``lease_seconds`` by a worker that then died, and
+    the delivery of its message that worker held (hidden for 60 s)."""
     job = await world.submit("x")
     [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)
-    await world.queue.delete(delivery.receipt)
     now = world.clock.now()
     await world.store.claim(
         job.job_id,
@@ -280,6 +248,13 @@ async def _orphaned(world, *, lease_seconds: float):
         lease_until=now + lease_seconds,
         max_deliveries_without_outcome=world.max_receives,
     )
+    return job, delivery
+
+
+async def _orphaned(world, *, lease_seconds: float):
+    """A job whose owner died holding a lease of ``lease_seconds`` and whose message is gone."""
+    job, delivery = await _held_by_a_dead_worker(world, lease_seconds=lease_seconds)
+    await world.queue.delete(delivery.receipt)
     return job
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from ferryman.adapters import dead_letters
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute
 from ferryman.adapters.postgres.grouping import Statement
@@ -25,9 +26,6 @@ from ferryman.ports.queue import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any
-
     from ferryman.adapters.postgres.database import PostgresDatabase
     from ferryman.core.clock import Clock
     from ferryman.ports.queue import TenantBudget
@@ -167,17 +165,13 @@ class PostgresJobQueue:
     async def undecodable_letters(
         self, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[UndecodableLetter]:
-        params = {
-            "limit": max(0, limit),
-            "after_at": None if after is None else after[0],
-            "after_id": None if after is None else after[1],
-        }
+        params = dead_letters.page_params(limit, after)
         rows = await self._db.fetch_all(QUEUE["undecodable_letters"], params)
-        return [_undecodable(row) for row in rows]
+        return [dead_letters.letter_from_row(row) for row in rows]
 
     async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
         row = await self._db.fetch_one(QUEUE["undecodable_letter"], {"id": dead_letter_id})
-        return None if row is None else _undecodable(row)
+        return None if row is None else dead_letters.letter_from_row(row)
 
     async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
         deleted = await self._db.execute(QUEUE["delete_undecodable_letter"], {"id": dead_letter_id})
@@ -195,13 +189,3 @@ class PostgresJobQueue:
             dead_letters=row["dead_letters"],
             undecodable_letters=row["undecodable_letters"],
         )
-
-
-def _undecodable(row: Mapping[str, Any]) -> UndecodableLetter:
-    return UndecodableLetter(
-        dead_letter_id=row["id"],
-        body=row["body"],
-        sent_at=row["sent_at"],
-        dead_lettered_at=row["dead_lettered_at"],
-        receive_count=row["receive_count"],
-    )

@@ -6,6 +6,7 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING
 
+from ferryman.adapters import dead_letters
 from ferryman.adapters.sqlite import jobops, messages
 from ferryman.adapters.sqlite.sql import QUEUE
 from ferryman.core.job import SUPPORTED_PAYLOAD_VERSIONS
@@ -243,15 +244,11 @@ class SqliteJobQueue:
     async def undecodable_letters(
         self, *, limit: int, after: tuple[float, str] | None = None
     ) -> list[UndecodableLetter]:
-        params = {
-            "limit": max(0, limit),
-            "after_at": None if after is None else after[0],
-            "after_id": None if after is None else after[1],
-        }
+        params = dead_letters.page_params(limit, after)
         rows = await self._db.read(
             lambda conn: conn.execute(QUEUE["undecodable_letters"], params).fetchall()
         )
-        return [_undecodable(row) for row in rows]
+        return [dead_letters.letter_from_row(row) for row in rows]
 
     async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
         row = await self._db.read(
@@ -259,7 +256,7 @@ class SqliteJobQueue:
                 QUEUE["undecodable_letter"], {"id": dead_letter_id}
             ).fetchone()
         )
-        return None if row is None else _undecodable(row)
+        return None if row is None else dead_letters.letter_from_row(row)
 
     async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
         deleted: int = await self._db.write(
@@ -323,16 +320,6 @@ def _dead_letters(conn: sqlite3.Connection, *, limit: int) -> list[DeadLetter]:
             )
         )
     return letters
-
-
-def _undecodable(row: sqlite3.Row) -> UndecodableLetter:
-    return UndecodableLetter(
-        dead_letter_id=row["id"],
-        body=row["body"],
-        sent_at=row["sent_at"],
-        dead_lettered_at=row["dead_lettered_at"],
-        receive_count=row["receive_count"],
-    )
 
 
 def _stats(conn: sqlite3.Connection, *, now: float) -> QueueStats:

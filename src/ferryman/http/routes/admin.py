@@ -21,6 +21,7 @@ from ferryman.http.schemas import (
 )
 from ferryman.http.schemas import UndecodableLetter as UndecodableLetterSchema
 from ferryman.http.views import Cursor, admin_job_body, audit_body, undecodable_letter_body
+from ferryman.services.operations import LETTER_CURSOR_PATTERN
 
 router = APIRouter(prefix="/v1/admin", tags=["operations"])
 
@@ -68,7 +69,10 @@ async def undecodable_letters(
     request: Request,
     principal: Admin,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=LETTER_CURSOR_PATTERN, description="The next_cursor of the previous page."),
+    ] = None,
 ) -> JSONResponse:
     """Messages whose body names no job, oldest first: nothing was failed for them."""
     page = await app_deps(request).operations.undecodable_letters(limit=limit, cursor=cursor)
