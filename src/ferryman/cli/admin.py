@@ -37,9 +37,8 @@ from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
 
 if TYPE_CHECKING:
     from ferryman.config import Settings
-    from ferryman.core.job import Job
     from ferryman.ports.keys import ApiKeyRecord, Revocation
-    from ferryman.ports.store import JobPage
+    from ferryman.ports.store import JobPage, JobSummary
     from ferryman.services.access import IssuedKey
     from ferryman.services.operations import ReplayReport
     from ferryman.services.retention import PurgeReport
@@ -233,7 +232,7 @@ async def _dead_letters(s: Settings, limit: int, cursor: str | None) -> JobPage:
         return await runtime.operations.dead_letters(limit, cursor)
 
 
-def _table(jobs: list[Job]) -> Table:
+def _table(jobs: list[JobSummary]) -> Table:
     table = Table(title="dead-lettered jobs")
     for column in ("job_id", "tenant", "task", "attempts", "failed at"):
         table.add_column(column, no_wrap=True)
