@@ -13,7 +13,9 @@ A list reads job summaries, never inputs (ports/store.py's JobSummary), and its 
 is bounded by ``list_max_bytes`` as a whole: the store ends the page once its
 summaries weigh that much, and the page stops adding jobs once their results fill
 what is left (always at least one job). One request can never make a response, or
-hold a list in memory, of many megabytes.
+hold a list in memory, of many megabytes; and one tenant's lists are read
+LISTS_AT_ONCE_PER_TENANT at a time, so a hundred at once neither hold a hundred pages
+nor keep the store from other tenants' requests.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ferryman.core.errors import (
 )
 from ferryman.core.job import JobStatus
 from ferryman.core.results import result_key
+from ferryman.services.turns import TurnsPerKey
 
 if TYPE_CHECKING:
     import builtins
@@ -49,6 +52,8 @@ if TYPE_CHECKING:
 DEFAULT_LIST_MAX_BYTES = 1_048_576
 # The most jobs one list may name (``job_ids``): a client waiting for many asks in pages.
 MAX_LIST_JOB_IDS = 100
+# One tenant's lists read this many at once in a process; the rest wait their turn.
+LISTS_AT_ONCE_PER_TENANT = 2
 # Results read at once while filling a page: enough to hide a disk's latency, few
 # enough that a page which stops early has not read much it will not serve.
 _READS_AT_ONCE = 8
@@ -108,6 +113,7 @@ class JobQueries:
         results: ResultStore,
         clock: Clock | None = None,
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
+        lists_at_once_per_tenant: int = LISTS_AT_ONCE_PER_TENANT,
     ) -> None:
         if list_max_bytes < 1:
             raise ValueError("list_max_bytes must be positive")
@@ -116,6 +122,7 @@ class JobQueries:
         # Cancellation is the only write here; its time comes from this clock.
         self._clock: Clock = clock or SystemClock()
         self._list_max_bytes = list_max_bytes
+        self._list_turns = TurnsPerKey(lists_at_once_per_tenant)
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         """Raises JobNotFoundError, and ResultUnreadableError or ResultsUnavailableError
@@ -138,6 +145,21 @@ class JobQueries:
         MAX_LIST_JOB_IDS."""
         if job_ids is not None and len(job_ids) > MAX_LIST_JOB_IDS:
             raise InvalidRequestError(f"at most {MAX_LIST_JOB_IDS} job ids in one list")
+        async with self._list_turns.turn(tenant_id):
+            return await self._page(
+                tenant_id, status=status, task=task, job_ids=job_ids, limit=limit, cursor=cursor
+            )
+
+    async def _page(
+        self,
+        tenant_id: str,
+        *,
+        status: JobStatus | None,
+        task: str | None,
+        job_ids: Collection[str] | None,
+        limit: int,
+        cursor: str | None,
+    ) -> JobListPage:
         page = await self._store.list_jobs(
             tenant_id=tenant_id,
             status=status,
