@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ferryman.core.job import Job
 
 
-def listed_bytes(job: Job) -> int:
+def weight_of(job: Job) -> int:
     metadata = "" if job.metadata is None else dump_json(job.metadata)
     return LIST_ITEM_BYTES + len(metadata.encode()) + len((error_json(job.error) or "").encode())
 
@@ -35,7 +35,7 @@ def page_of(
     page: list[JobSummary] = []
     listed = 0
     for job in ordered:
-        weight = listed_bytes(job)
+        weight = weight_of(job)
         over = max_bytes is not None and listed + weight > max_bytes
         if len(page) == limit or (page and over):
             return JobPage(jobs=page, next_cursor=page[-1].job_id, listed_bytes=listed)
