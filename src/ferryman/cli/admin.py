@@ -37,10 +37,9 @@ from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
 
 if TYPE_CHECKING:
     from ferryman.config import Settings
-    from ferryman.core.job import Job
     from ferryman.ports.keys import ApiKeyRecord, Revocation
     from ferryman.ports.queue import UndecodableLetter
-    from ferryman.ports.store import JobPage
+    from ferryman.ports.store import JobPage, JobSummary
     from ferryman.services.access import IssuedKey
     from ferryman.services.operations import ReplayReport
     from ferryman.services.retention import PurgeReport
@@ -270,7 +269,7 @@ async def _dead_letters(
         return page, _Undecodable(count=count, first=first)
 
 
-def _table(jobs: list[Job]) -> Table:
+def _table(jobs: list[JobSummary]) -> Table:
     table = Table(title="dead-lettered jobs")
     for column in ("job_id", "tenant", "task", "attempts", "failed at"):
         table.add_column(column, no_wrap=True)

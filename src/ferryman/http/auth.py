@@ -87,14 +87,18 @@ async def spend(request: Request, principal: Principal, *, cost: int) -> None:
             raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
 
 
+# Query parameters that are lists, given once per value (``?job_id=a&job_id=b``).
+LIST_QUERY_PARAMETERS = frozenset({"job_id"})
+
+
 def refuse_repeated_query(request: Request) -> None:
-    """Every query parameter of this API takes one value: one given twice is refused
-    (422) rather than read as whichever came last."""
+    """Every other query parameter of this API takes one value: one given twice is
+    refused (422) rather than read as whichever came last."""
     if not request.scope.get("query_string"):
         return  # nothing to parse (a submit has no query)
     seen: set[str] = set()
     for name, _ in request.query_params.multi_items():
-        if name in seen:
+        if name in seen and name not in LIST_QUERY_PARAMETERS:
             msg = f"the query parameter {name!r} is given more than once"
             raise InvalidRequestError(msg, errors=[{"loc": ["query", name], "msg": msg}])
         seen.add(name)

@@ -514,16 +514,20 @@ class JobLedger:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         return await self._store.list_jobs(
             tenant_id=tenant_id,
             status=status,
             task=task,
             error_code=error_code,
+            job_ids=job_ids,
             limit=limit,
             cursor=cursor,
+            max_bytes=max_bytes,
         )
 
     async def events(self, job_id: str) -> list[Event]:

@@ -25,7 +25,7 @@ from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, TenantUsage, UsageGroup, UsageRow
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Collection, Iterable, Sequence
 
     from ferryman.adapters.memory.queue import InMemoryJobQueue
     from ferryman.core.changes import Change
@@ -154,8 +154,10 @@ class InMemoryJobStore:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         def matches(job: Job) -> bool:
             return (
@@ -165,7 +167,11 @@ class InMemoryJobStore:
                 and (error_code is None or (job.error is not None and job.error.code == error_code))
             )
 
-        return page_of([j for j in self._jobs.values() if matches(j)], limit=limit, cursor=cursor)
+        if job_ids is None:
+            candidates: Iterable[Job] = self._jobs.values()
+        else:
+            candidates = (job for i in set(job_ids) if (job := self._jobs.get(i)) is not None)
+        return page_of(filter(matches, candidates), limit=limit, cursor=cursor, max_bytes=max_bytes)
 
     async def events(self, job_id: str) -> list[Event]:
         return self._history.events(job_id)

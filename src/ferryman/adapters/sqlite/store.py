@@ -6,11 +6,17 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
+from ferryman.adapters.job_rows import (
+    UNLIMITED_BYTES,
+    attempt_from_row,
+    event_from_row,
+    job_from_row,
+    summary_page,
+)
 from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import StoreUnavailableError
-from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import LIST_ITEM_BYTES, Accepted, JobPage, TenantUsage, UsageRow
 
 if TYPE_CHECKING:
     import sqlite3
@@ -109,25 +115,33 @@ class SqliteJobStore:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         limit = max(1, limit)
+        if job_ids is not None and not job_ids:
+            return JobPage(jobs=[], next_cursor=None)
+        budget = UNLIMITED_BYTES if max_bytes is None else max_bytes
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
+            "job_ids": None if job_ids is None else json.dumps(list(job_ids)),
             "before": cursor or _FIRST_PAGE,
             "status": None if status is None else str(status),
             "task": task,
             "error_code": error_code,
             # One more than asked tells whether another page exists.
             "limit": limit + 1,
+            "item_bytes": LIST_ITEM_BYTES,
+            "max_bytes": budget,
         }
-        query = JOBS["list_jobs_of_all" if tenant_id is None else "list_jobs_of_tenant"]
-        jobs = await self._db.read(partial(_select_jobs, query=query, params=params))
-        if len(jobs) > limit:
-            jobs = jobs[:limit]
-            return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id)
-        return JobPage(jobs=jobs, next_cursor=None)
+        if job_ids is not None:
+            query = JOBS["list_jobs_by_ids"]
+        else:
+            query = JOBS["list_jobs_of_all" if tenant_id is None else "list_jobs_of_tenant"]
+        rows = await self._db.read(lambda conn: conn.execute(query, params).fetchall())
+        return summary_page(rows, limit=limit, max_bytes=budget)
 
     async def events(self, job_id: str) -> list[Event]:
         def op(conn: sqlite3.Connection) -> list[Event]:
