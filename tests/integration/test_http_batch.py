@@ -353,3 +353,16 @@ async def test_the_batch_is_one_transaction(
     retried = await http_client.post(BATCH, json={"jobs": [job(str(i)) for i in range(5)]})
     assert retried.status_code == 200
     assert len(await stored(http_stack)) == 5
+
+
+async def test_an_idempotency_key_header_is_400_naming_the_per_item_key(
+    http_client: httpx.AsyncClient, http_stack: HttpStack, http_problem: ProblemCheck
+) -> None:
+    """A header would not make a retried batch one batch: refused, not ignored."""
+    response = await http_client.post(
+        BATCH, json={"jobs": [job("one")]}, headers={"Idempotency-Key": "batch-7"}
+    )
+
+    problem = http_problem(response, 400, "invalid_idempotency_key")
+    assert "idempotency_key" in problem["detail"]
+    assert await stored(http_stack) == []

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ferryman.core.errors import InvalidRequestError, PayloadTooLargeError, RequestError
+from ferryman.core.errors import (
+    InvalidIdempotencyKeyError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    RequestError,
+)
 from ferryman.http.bodies import GenerationRequest, first_invalid_text, read_json
 from ferryman.services.intake import BatchItem, SubmitRequest
 
@@ -38,6 +43,19 @@ class TooManyItemsError(PayloadTooLargeError):
     """The batch holds more jobs than one request may carry; send them in smaller batches."""
 
     code = "too_many_items"
+
+
+class BatchIdempotencyKeyError(InvalidIdempotencyKeyError):
+    """A batch takes no Idempotency-Key header: give each job its own idempotency_key
+    field, the same on every retry, and a retried batch maps every job to the one
+    already stored."""
+
+
+def refuse_idempotency_key_header(request: Request) -> None:
+    """The header would be silently ignored (a retried batch would make every job
+    twice): refuse it, naming the per-item field that does what it was meant to."""
+    if "idempotency-key" in request.headers:
+        raise BatchIdempotencyKeyError()
 
 
 class BatchRequest(BaseModel):

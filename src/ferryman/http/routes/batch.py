@@ -14,7 +14,14 @@ from fastapi import APIRouter, Request
 
 from ferryman.core.errors import FerrymanError, InvalidRequestError, PausedError, RequestError
 from ferryman.http.auth import UnmeteredTenant, app_deps, spend
-from ferryman.http.batch_bodies import BATCH_PATH, BatchRequest, TooManyItemsError, read_batch
+from ferryman.http.batch_bodies import (
+    BATCH_PATH,
+    BatchIdempotencyKeyError,
+    BatchRequest,
+    TooManyItemsError,
+    read_batch,
+    refuse_idempotency_key_header,
+)
 from ferryman.http.context import request_info, valid_traceparent
 from ferryman.http.error_map import problem_body
 from ferryman.http.openapi import TRACEPARENT, Access, operation
@@ -34,13 +41,14 @@ router = APIRouter(tags=["generations"])
         summary="Submit up to 1,000 jobs at once",
         description="One entry per item, in order: its job, or its problem",
         body=BatchRequest,
-        errors=(TooManyItemsError, PausedError),
+        errors=(TooManyItemsError, BatchIdempotencyKeyError, PausedError),
         request_headers=(TRACEPARENT,),
     ),
 )
 async def submit_batch(request: Request, principal: UnmeteredTenant) -> JsonBody:
     deps = app_deps(request)
     try:
+        refuse_idempotency_key_header(request)
         items = await read_batch(request, max_item_bytes=deps.max_body_bytes)
     except FerrymanError:
         await spend(request, principal, cost=1)  # a refused body still costs a request
