@@ -135,5 +135,7 @@ async def test_times_the_api_cannot_write_back_are_422_not_500(
         {"to": "0001-01-02T00:00:00Z"},
         {"from": "1969-12-31T23:59:59Z", "to": "1970-01-02T00:00:00Z"},
     ):
-        problem = http_problem(await http_client.get("/v1/usage", params=params), 422, "invalid_request")
+        problem = http_problem(
+            await http_client.get("/v1/usage", params=params), 422, "invalid_request"
+        )
         assert problem["errors"][0]["loc"][0] == "query"
