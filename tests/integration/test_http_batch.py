@@ -292,10 +292,12 @@ async def test_a_batch_is_counted_by_its_items(
     first = await client.post(BATCH, json={"jobs": [job(str(i)) for i in range(4)]})
     assert first.status_code == 200
     assert first.headers["RateLimit"] == '"submit";r=6;t=4'
-    # Six left: a batch of seven waits (its Retry-After says for how long).
+    # Six left: a batch of seven waits (its Retry-After says for how long), and keeps
+    # the token its bytes cost before they were parsed.
     refused = await client.post(BATCH, json={"jobs": [job(str(i)) for i in range(7)]})
     http_problem(refused, 429, "rate_limited")
-    assert int(refused.headers["Retry-After"]) == 1
+    assert int(refused.headers["Retry-After"]) == 2
+    assert refused.headers["RateLimit"] == '"submit";r=0;t=2'
     assert len(await stored(http_stack)) == 4
     # A batch over the whole burst still passes once the bucket is full, and leaves it
     # in debt, so the next submission waits.
