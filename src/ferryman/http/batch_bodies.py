@@ -11,8 +11,8 @@ item becomes that item's refusal and never spoils the others.
 
 A batch body is up to 16 MiB: decoding and validating it takes the CPU for a
 tenth of a second or more, far too long for the event loop every other request
-waits on. ``BatchParser`` runs it on a worker thread, a few at a time (the rest wait
-their turn with only their bytes in memory), and ``parse_batch`` decodes the jobs
+waits on. ``BatchParser`` runs it on a worker thread, a few batches at a time (the
+rest wait their turn with only their bytes in memory), and ``parse_batch`` decodes the jobs
 one at a time (``JSONDecoder.raw_decode`` from each one's first character), so no
 single step holds the interpreter for the whole body: the loop gets its turn
 between two jobs. A JSON fault anywhere is still "not valid JSON".
@@ -24,6 +24,7 @@ body (``describe_batch_body``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from typing import TYPE_CHECKING, Any
@@ -47,18 +48,19 @@ from ferryman.http.bodies import (
 from ferryman.services.intake import BatchItem, SubmitRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator
+    from collections.abc import AsyncIterator, Callable, Generator
 
     from pydantic import JsonValue
     from starlette.requests import Request
 
-    ParseBatch = Callable[[bytes, int], list[BatchItem | RequestError]]
+    ParseBatch = Callable[[bytes | bytearray, int], list[BatchItem | RequestError]]
     # Each job's value, with where its text starts and ends; returns where the list ends.
     Jobs = Generator[tuple[Any, int, int], None, int]
 
 MAX_BATCH_ITEMS = 1000
-# Batch bodies parsed at once per API process: parsing is CPU work under one
-# interpreter lock, so more at once would only hold more bodies' objects in memory.
+# Batches read and stored at once per API process: parsing is CPU work under one
+# interpreter lock and storing them queues for one writer, so more at once would
+# only hold more batches' jobs in memory.
 DEFAULT_PARSES_AT_ONCE = 2
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 BATCH_PATH = "/v1/generations/batch"
@@ -108,30 +110,38 @@ class BatchJob(GenerationRequest):
 
 
 class BatchParser:
-    """``parse_batch`` on a worker thread, at most ``at_once`` bodies at a time."""
+    """Batches take turns, at most ``at_once`` at a time from reading their jobs to
+    storing them (``turn``), and ``parse`` runs ``parse_batch`` on a worker thread. A
+    batch waiting for its turn holds only its bytes; one that has it, its jobs too."""
 
     def __init__(
         self, *, at_once: int = DEFAULT_PARSES_AT_ONCE, parse: ParseBatch | None = None
     ) -> None:
         if at_once < 1:
             raise ValueError("at_once must be at least 1")
-        self._slots = asyncio.Semaphore(at_once)
+        self._turns = asyncio.Semaphore(at_once)
         self._parse = parse or parse_batch
-        self.waiting = 0  # bodies waiting for a slot
+        self.waiting = 0  # batches waiting for a turn
 
-    async def parse(self, raw: bytes, *, max_item_bytes: int) -> list[BatchItem | RequestError]:
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
         self.waiting += 1
         try:
-            await self._slots.acquire()
+            await self._turns.acquire()
         finally:
             self.waiting -= 1
         try:
-            return await asyncio.to_thread(self._parse, raw, max_item_bytes)
+            yield
         finally:
-            self._slots.release()
+            self._turns.release()
+
+    async def parse(
+        self, raw: bytes | bytearray, *, max_item_bytes: int
+    ) -> list[BatchItem | RequestError]:
+        return await asyncio.to_thread(self._parse, raw, max_item_bytes)
 
 
-def parse_batch(raw: bytes, max_item_bytes: int) -> list[BatchItem | RequestError]:
+def parse_batch(raw: bytes | bytearray, max_item_bytes: int) -> list[BatchItem | RequestError]:
     """Each item of the batch body ``raw``, read, or the refusal it gets alone; raises
     for the envelope. CPU work: call it off the event loop (BatchParser)."""
     text = json_text(raw)

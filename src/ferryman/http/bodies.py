@@ -236,7 +236,7 @@ async def _parsed_body(request: Request) -> tuple[Any, bool]:
     return data, not may_hold_invalid_text(text)
 
 
-def json_text(raw: bytes) -> str:
+def json_text(raw: bytes | bytearray) -> str:
     """A body's bytes as the text JSON is read from (as json.loads reads bytes: its
     encoding detected, lone surrogates kept for first_invalid_text to find)."""
     try:

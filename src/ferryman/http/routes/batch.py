@@ -6,7 +6,9 @@ rate limit, paused intake, the body's size, an envelope that is not
 200 with one entry per item, in order: the item's job (the 202 body of a single
 submission, with ``replayed``) or the problem the item would have got alone.
 
-The body is parsed off the event loop (http/batch_bodies.py). The rate limit
+The body is parsed off the event loop (http/batch_bodies.py), and its jobs stored,
+within one of the process's few batch turns: a batch waiting for its turn holds only
+its bytes. The rate limit
 charges a batch by its size, in two steps: once its bytes are in and before they
 are parsed, one token per ``max_body_bytes`` of body (at least one: what the same
 bytes sent as single submissions would cost), so a tenant out of budget makes the
@@ -17,7 +19,7 @@ keeps what it paid: parsing it cost the server that much.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 
@@ -71,17 +73,25 @@ async def submit_batch(request: Request, principal: UnmeteredTenant) -> JsonBody
     paid = size_cost(len(raw), max_body_bytes=deps.max_body_bytes)
     await spend(request, principal, cost=paid)  # before any parsing (see the docstring)
     parser: BatchParser = request.app.state.batch_parser
-    items = await parser.parse(raw, max_item_bytes=deps.max_body_bytes)
-    del raw  # the jobs are read: the bytes need not wait for them to be stored
-    if len(items) > paid:
-        await spend(request, principal, cost=len(items) - paid, paid=paid)
-    valid = [item for item in items if isinstance(item, BatchItem)]
+    async with parser.turn():
+        items = await parser.parse(raw, max_item_bytes=deps.max_body_bytes)
+        del raw  # the jobs are read: the bytes need not wait for them to be stored
+        if len(items) > paid:
+            await spend(request, principal, cost=len(items) - paid, paid=paid)
+        outcomes = await _submitted(request, principal, items)
+    return JsonBody({"results": outcomes})
+
+
+async def _submitted(
+    request: Request, principal: Principal, items: list[BatchItem | RequestError]
+) -> list[dict[str, Any]]:
+    """Each item's entry: its job, or its problem."""
     info = request_info(request)
     # Called even when no item is valid, so paused intake is a 503 whatever the items.
     outcomes = iter(
-        await deps.intake.submit_many(
+        await app_deps(request).intake.submit_many(
             tenant_id=principal.tenant_id,
-            items=valid,
+            items=[item for item in items if isinstance(item, BatchItem)],
             correlation_id=info.correlation_id,
             traceparent=valid_traceparent(request.headers.get("traceparent")),
         )
@@ -96,10 +106,10 @@ async def submit_batch(request: Request, principal: UnmeteredTenant) -> JsonBody
             results.append(submission_body(outcome.job) | {"replayed": outcome.replayed})
         else:
             results.append(problem_body(_located(outcome, index)))
-    return JsonBody({"results": results})
+    return results
 
 
-def _located(error: RequestError, index: int) -> RequestError:
+def _located(error: FerrymanError, index: int) -> FerrymanError:
     """Intake names a field as in a single body (body, input, ...); in a batch it is
     the field of item ``index`` (body, jobs, index, input, ...)."""
     if isinstance(error, InvalidRequestError):
@@ -110,14 +120,18 @@ def _located(error: RequestError, index: int) -> RequestError:
     return error
 
 
-async def _body(request: Request, principal: Principal, deps: AppDeps) -> bytes:
+async def _body(request: Request, principal: Principal, deps: AppDeps) -> bytearray:
     """The body's bytes (not kept on the request: they are dropped once parsed); a
     request refused before they are in still costs a request, one too large what its
     limit's worth of bytes would."""
     try:
         refuse_idempotency_key_header(request)
         refuse_non_json(request)
-        return b"".join([chunk async for chunk in request.stream()])
+        # Grown in place: a list of chunks joined at the end would hold the body twice.
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+        return body
     except FerrymanError as exc:
         too_large = isinstance(exc, PayloadTooLargeError)
         size = deps.max_batch_body_bytes if too_large else 0
