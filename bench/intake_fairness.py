@@ -1,9 +1,11 @@
 """A quiet tenant's submissions while another tenant floods 1,000-job batches
 (issue 18, item 9).
 
-For each source tree (``--tree NAME=PATH``, see bench/served.py): a fresh
-``ferryman serve`` (SQLite FULL, one process: the API and a worker; rate limits
-off), then two phases of ``--seconds`` (10) each:
+For each source tree (``--tree NAME=PATH``, see bench/served.py) and engine
+(``--engines``: ``sqlite``, and ``postgres`` on a scratch database of the server
+``--postgres-url`` names, made and dropped by the run): a fresh ``ferryman serve``
+(SQLite FULL; one process: the API and a worker; rate limits off), then two phases
+of ``--seconds`` (10) each:
 
 - **alone**: the quiet tenant submits one ``generate`` job at a time, one every
   ``--gap-ms`` (20), and nothing else runs;
@@ -16,13 +18,14 @@ jobs' own timestamps once they have all finished), and in the flood the jobs the
 flooding tenant got accepted per second.
 
 Run: ``.venv/bin/python bench/intake_fairness.py [--tree old=/tmp/ferryman-main
---tree new=.] [--seconds 10] [--json]``.
+--tree new=.] [--seconds 10] [--engines sqlite,postgres] [--json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sqlite3
 import statistics
@@ -30,10 +33,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import psycopg
 
+from peer_systems import scratch_database
 from served import percentile, serve, summary_ms, trees
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from served import Served
@@ -86,40 +92,56 @@ async def phase(served: Served, keys: dict[str, str], args: argparse.Namespace, 
     return latencies, (accepted / elapsed if flooders else None)
 
 
-def completions(path: Path, since: float) -> list[float] | None:
+_QUIET_JOBS = (
+    "SELECT created_at, completed_at FROM jobs WHERE tenant_id = {p} AND created_at >= {p}"
+)
+
+
+def completions(served: Served, database: str | None, since: float) -> list[float] | None:
     """The quiet tenant's jobs accepted since ``since``: accept -> SUCCEEDED, once all
     have finished (None if they do not within FINISH_SECONDS)."""
     deadline = time.monotonic() + FINISH_SECONDS
     while time.monotonic() < deadline:
-        conn = sqlite3.connect(path, timeout=30)
-        try:
-            rows = conn.execute(
-                "SELECT created_at, completed_at FROM jobs WHERE tenant_id = ? AND created_at >= ?",
-                (QUIET, since),
-            ).fetchall()
-        finally:
-            conn.close()
+        if database is None:
+            with contextlib.closing(sqlite3.connect(served.directory / "ferryman.db")) as conn:
+                rows = conn.execute(_QUIET_JOBS.format(p="?"), (QUIET, since)).fetchall()
+        else:
+            with psycopg.connect(database) as pg:
+                rows = pg.execute(_QUIET_JOBS.format(p="%s"), (QUIET, since)).fetchall()
         if rows and all(done is not None for _, done in rows):
             return [done - created for created, done in rows]
         time.sleep(0.5)
     return None
 
 
-def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def engine(name: str, args: argparse.Namespace) -> Iterator[dict[str, str]]:
+    """The settings that put ``serve`` on the engine, and its database URL (or none)."""
+    if name == "sqlite":
+        yield {"sqlite_synchronous": "FULL"}
+        return
+    with scratch_database(args.postgres_url, "ferryman_bench_fairness") as url:
+        yield {"database_url": url}
+
+
+def run_tree(tree: Path, engine_name: str, args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {}
-    with serve(
-        tree,
-        command="serve",
-        tenant_rate_per_second=0,
-        tenant_read_rate_per_second=0,
-        log_level="WARNING",
-        sqlite_synchronous="FULL",
-    ) as served:
+    with (
+        engine(engine_name, args) as settings,
+        serve(
+            tree,
+            command="serve",
+            tenant_rate_per_second=0,
+            tenant_read_rate_per_second=0,
+            log_level="WARNING",
+            **settings,
+        ) as served,
+    ):
         keys = {QUIET: served.key(QUIET), FLOOD: served.key(FLOOD)}
         for name, flood in (("alone", False), ("flood", True)):
             since = time.time()
             latencies, flood_rate = asyncio.run(phase(served, keys, args, flood=flood))
-            done = completions(served.directory / "ferryman.db", since)
+            done = completions(served, settings.get("database_url"), since)
             figures[name] = {
                 "submit": summary_ms(latencies),
                 "submits": len(latencies),
@@ -141,13 +163,20 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=20.0)
     parser.add_argument("--flooders", type=int, default=2)
     parser.add_argument("--batch-jobs", type=int, default=1000)
+    parser.add_argument("--engines", default="sqlite", help="sqlite, postgres, or both")
+    parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = {
         "seconds": args.seconds,
         "flooders": args.flooders,
         "batch_jobs": args.batch_jobs,
-        "trees": {name: run_tree(path, args) for name, path in trees(args.tree).items()},
+        "engines": {
+            engine_name: {
+                name: run_tree(path, engine_name, args) for name, path in trees(args.tree).items()
+            }
+            for engine_name in args.engines.split(",")
+        },
     }
     if args.json:
         print(json.dumps(results, indent=2))
@@ -156,15 +185,16 @@ def main() -> None:
         f"quiet tenant: one submit every {args.gap_ms:g} ms for {args.seconds:g} s; "
         f"flood: {args.flooders} clients of {args.batch_jobs}-job batches"
     )
-    for name, tree in results["trees"].items():
-        for phase_name, f in tree.items():
-            s = f["submit"]
-            flood = f", flood {f['flood_jobs_per_s']} jobs/s" if f["flood_jobs_per_s"] else ""
-            print(
-                f"{name:>6} {phase_name:>5}: submit p50 {s['p50_ms']} p99 {s['p99_ms']} "
-                f"max {s['max_ms']} ms ({f['submits']}); completion p50 "
-                f"{f['completion_p50_ms']} p99 {f['completion_p99_ms']} ms{flood}"
-            )
+    for engine_name, by_tree in results["engines"].items():
+        for name, tree in by_tree.items():
+            for phase_name, f in tree.items():
+                s = f["submit"]
+                flood = f", flood {f['flood_jobs_per_s']} jobs/s" if f["flood_jobs_per_s"] else ""
+                print(
+                    f"{engine_name} {name:>5} {phase_name:>5}: submit p50 {s['p50_ms']} "
+                    f"p99 {s['p99_ms']} max {s['max_ms']} ms ({f['submits']}); completion "
+                    f"p50 {f['completion_p50_ms']} p99 {f['completion_p99_ms']} ms{flood}"
+                )
 
 
 if __name__ == "__main__":

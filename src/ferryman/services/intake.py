@@ -7,6 +7,7 @@ stored, so bad input costs nothing and leaves nothing behind.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -208,20 +209,35 @@ class Intake:
         correlation_id = correlation_id or new_correlation_id()
         usage = await self._batch_usage(tenant_id)
         outcomes: list[BatchOutcome] = []
+        writing: asyncio.Future[list[BatchOutcome]] | None = None
         for start in range(0, len(items), BATCH_SLICE_JOBS):
+            # Checked while the slice before is being written; written once it is.
             prepared = [
                 self._prepared(tenant_id, item, correlation_id, traceparent)
                 for item in items[start : start + BATCH_SLICE_JOBS]
             ]
             usage = self._refuse_over_quota(usage, prepared)
-            try:
-                outcomes.extend(await self._store_batch(tenant_id, prepared))
-            except StoreUnavailableError as exc:
-                if not any(isinstance(o, Submission) for o in outcomes):
-                    raise
-                outcomes.extend([exc] * (len(items) - start))
-                break
+            if writing is not None and not await self._written(writing, outcomes, len(items)):
+                return outcomes
+            writing = asyncio.ensure_future(self._store_batch(tenant_id, prepared))
+        if writing is not None:
+            await self._written(writing, outcomes, len(items))
         return outcomes
+
+    @staticmethod
+    async def _written(
+        writing: asyncio.Future[list[BatchOutcome]], outcomes: list[BatchOutcome], total: int
+    ) -> bool:
+        """Add a slice's outcomes; False when the store failed it (every item from it
+        on is then that failure), raising if nothing of the batch was stored before."""
+        try:
+            outcomes.extend(await writing)
+        except StoreUnavailableError as exc:
+            if not any(isinstance(o, Submission) for o in outcomes):
+                raise
+            outcomes.extend([exc] * (total - len(outcomes)))
+            return False
+        return True
 
     def _prepared(
         self,

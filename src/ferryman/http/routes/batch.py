@@ -8,13 +8,12 @@ submission, with ``replayed``) or the problem the item would have got alone.
 
 The body is parsed off the event loop (http/batch_bodies.py), and its jobs stored,
 within one of the process's few batch turns: a batch waiting for its turn holds only
-its bytes. The rate limit
-charges a batch by its size, in two steps: once its bytes are in and before they
-are parsed, one token per ``max_body_bytes`` of body (at least one: what the same
-bytes sent as single submissions would cost), so a tenant out of budget makes the
-server parse nothing; once parsed, one token per job beyond those, judged with what
-was paid. A batch refused after that (its envelope, too many jobs, the rate limit)
-keeps what it paid: parsing it cost the server that much.
+its bytes. The rate limit charges a batch by its size, in two steps: once its bytes
+are in and before they are parsed, one token per ``max_body_bytes`` of body (at least
+one: what the same bytes sent as single submissions would cost), so a tenant out of
+budget makes the server parse nothing; once parsed, one token per job beyond those,
+judged with what was paid. A batch refused after that (its envelope, too many jobs,
+the rate limit) keeps what it paid: parsing it cost the server that much.
 """
 
 from __future__ import annotations
