@@ -95,7 +95,7 @@ async def test_only_so_many_bodies_are_parsed_at_once(
     http_keys: HttpKeys,
     http_open_client: Callable[..., httpx.AsyncClient],
 ) -> None:
-    app = http_stack.app(batch_parses_at_once=2)
+    app = http_stack.app(batch_turns=2)
     gate = Gate(held=4)
 
     def gated_parse(raw: bytes, max_item_bytes: int) -> Any:

@@ -61,7 +61,7 @@ MAX_BATCH_ITEMS = 1000
 # Batches read and stored at once per API process: parsing is CPU work under one
 # interpreter lock and storing them queues for one writer, so more at once would
 # only hold more batches' jobs in memory.
-DEFAULT_PARSES_AT_ONCE = 2
+DEFAULT_BATCH_TURNS = 2
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 BATCH_PATH = "/v1/generations/batch"
 # Printable ASCII, as validate_idempotency_key checks (a wrong key is that item's 400).
@@ -115,7 +115,7 @@ class BatchParser:
     batch waiting for its turn holds only its bytes; one that has it, its jobs too."""
 
     def __init__(
-        self, *, at_once: int = DEFAULT_PARSES_AT_ONCE, parse: ParseBatch | None = None
+        self, *, at_once: int = DEFAULT_BATCH_TURNS, parse: ParseBatch | None = None
     ) -> None:
         if at_once < 1:
             raise ValueError("at_once must be at least 1")
