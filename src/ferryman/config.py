@@ -206,6 +206,11 @@ class Settings(BaseSettings):
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     keepalive_timeout_seconds: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=1024, ge=1)
+    # Connections whose request head has taken over a second are counted apart from
+    # max_connections, at most this many in all and from one client address; past
+    # either, the oldest of them is closed (http/slow_heads.py).
+    max_slow_heads: int = Field(default=256, ge=1)
+    max_slow_heads_per_client: int = Field(default=32, ge=1)
     # Per-tenant series on the unauthenticated /metrics would name every tenant.
     metrics_tenant_labels: bool = False
 

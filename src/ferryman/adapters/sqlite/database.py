@@ -146,9 +146,10 @@ class SqliteDatabase:
             return None
         return writer.last_failure
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside the next group-commit transaction; return after COMMIT."""
-        return await self._writer.write(fn)
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, alone: bool = False) -> T:
+        """Run ``fn`` inside the next group-commit transaction; return after COMMIT.
+        ``alone``: a large write, committed on its own after the others waiting."""
+        return await self._writer.write(fn, alone=alone)
 
     async def probe_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``write`` for a write that only checks writes go through (readiness): its

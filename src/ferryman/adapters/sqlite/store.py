@@ -60,12 +60,14 @@ class SqliteJobStore:
     async def create_many(
         self, changes: Sequence[Change], *, idempotency_expires_at: float | None
     ) -> list[CreateOutcome]:
-        # One op of the group-commit writer: one savepoint, so the batch commits whole
-        # or not at all, and shares its fsync with whatever else is being written.
+        # One op of the group-commit writer, in a transaction of its own (a slice of a
+        # tenant's batch: the small writes queued beside it commit first, never after
+        # it), so the slice commits whole or not at all.
         outcomes = await self._db.write(
             partial(
                 jobops.create_many, changes=changes, idempotency_expires_at=idempotency_expires_at
-            )
+            ),
+            alone=True,
         )
         if any(isinstance(o, Accepted) and o.created for o in outcomes) and any(
             change.enqueue for change in changes

@@ -127,10 +127,12 @@ class GroupCommitWriter:
     def ops(self) -> int:
         return self._thread.requests
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in the next batch's transaction; return after its COMMIT."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, alone: bool = False) -> T:
+        """Run ``fn`` in the next batch's transaction; return after its COMMIT.
+        ``alone``: a large write, in a transaction of its own after the writes waiting
+        with it (adapters/batching.py), so theirs never waits for it."""
         try:
-            future = self._thread.submit(fn)
+            future = self._thread.submit(fn, alone=alone)
         except ClosedError:
             raise StoreUnavailableError("the database is closed") from None
         return cast("T", await future)
