@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 from ferryman.core.errors import ProviderServerError, SafetyRejectedError
 from ferryman.ports.provider import FinishReason, ModelResponse
 from ferryman.providers.http_api import Answer, HttpApi, json_event
-from ferryman.providers.http_errors import error_for_type, malformed, parse_error_body
+from ferryman.providers.http_errors import (
+    error_for_type,
+    malformed,
+    parse_error_body,
+    provider_token,
+)
 from ferryman.providers.structured import (
     schema_name,
     tool_answer_from_json_text,
@@ -173,8 +178,8 @@ class _MessageReader:
     def _start(self, message: Any) -> None:
         if not isinstance(message, dict):
             raise malformed(self.label, "message_start without a message", None)
-        self.message_id = message.get("id") if isinstance(message.get("id"), str) else None
-        self.model = message.get("model") if isinstance(message.get("model"), str) else None
+        self.message_id = provider_token(message.get("id"))
+        self.model = provider_token(message.get("model"))
         self._usage(message.get("usage"))
 
     def _delta(self, index: int, delta: Any) -> None:
@@ -244,7 +249,7 @@ class _MessageReader:
             provider_request_id=request_id,
             model=self.model or request.model,
             finish_reason=reason,
-            finish_detail=self.stop_reason,
+            finish_detail=provider_token(self.stop_reason),
         )
 
 
