@@ -119,6 +119,22 @@ class CallResult:
             raw_output=self.raw_output,
         )
 
+    def ended_log_fields(self, outcome: AttemptOutcome | None) -> dict[str, Any]:
+        """What the ``attempt.ended`` line says about the call: the model alias, the
+        provider and the provider's model, how the attempt ended, and the failure class
+        and error code of a call that failed. Identifiers only: never the prompt, the
+        output or an error's message."""
+        error = self.error
+        return {
+            "model": self.model,
+            "provider": self.provider,
+            "provider_model": self.provider_model,
+            "outcome": None if outcome is None else str(outcome),
+            "failure_class": None if error is None else str(error.failure_class),
+            "error_code": None if error is None else error.code,
+            "latency_ms": self.latency_ms,
+        }
+
 
 # Outcomes whose report says what failed (a cancel keeps the failure its call had).
 _FAILING_OUTCOMES = frozenset(

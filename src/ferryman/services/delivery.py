@@ -95,6 +95,16 @@ _VERDICTS = {
 }
 
 
+# The attempt's outcome for each way a claimed delivery ends (the attempt.ended line).
+_ATTEMPT_OUTCOMES = {
+    Verdict.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+    Verdict.RETRY_SCHEDULED: AttemptOutcome.RETRY,
+    Verdict.FAILED: AttemptOutcome.FAILED,
+    Verdict.CANCELLED: AttemptOutcome.CANCELLED,
+    Verdict.LEASE_LOST: AttemptOutcome.LEASE_LOST,
+    Verdict.RELEASED: AttemptOutcome.ABANDONED,
+}
+
 # The attempt's outcome when its write left the job terminal (otherwise CANCELLED).
 _OUTCOMES = {JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED, JobStatus.FAILED: AttemptOutcome.FAILED}
 
@@ -268,7 +278,7 @@ class DeliveryHandler:
                 "attempt.ended",
                 **_log_fields(attempt.job, fence),
                 verdict=str(verdict),
-                latency_ms=result.latency_ms,
+                **result.ended_log_fields(_ATTEMPT_OUTCOMES.get(verdict)),
             )
         return verdict
 
