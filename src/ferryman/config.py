@@ -324,6 +324,18 @@ class Settings(BaseSettings):
             return self.stalled_after_seconds
         return self.visibility_timeout_seconds + self.lease_seconds
 
+    def provider_timeout_for(self, provider: str) -> float:
+        """The client-side timeout of one provider's calls, whatever its kind: its own
+        ``timeout_seconds``, else FERRYMAN_PROVIDER_TIMEOUT_SECONDS."""
+        own = self.providers.get(provider)
+        if own is not None and own.timeout_seconds is not None:
+            return own.timeout_seconds
+        return self.provider_timeout_seconds
+
+    def provider_timeouts(self) -> dict[str, float]:
+        """``provider_timeout_for`` of every configured provider, by name."""
+        return {name: self.provider_timeout_for(name) for name in self.providers}
+
     def lease_policy(self) -> LeasePolicy:
         return LeasePolicy(
             lease_seconds=self.lease_seconds,

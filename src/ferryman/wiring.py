@@ -172,6 +172,7 @@ class Runtime:
             retry=s.retry_policy(),
             concurrency=concurrency or s.worker_concurrency,
             provider_timeout_seconds=s.provider_timeout_seconds,
+            provider_timeouts=s.provider_timeouts(),
             attempt_timeout_seconds=s.attempt_timeout_seconds,
             worker_id=new_worker_id(socket.gethostname(), os.getpid()),
             failpoints=s.failpoint_set(),
@@ -295,7 +296,7 @@ def _provider(name: str, provider: ProviderSettings, settings: Settings) -> Mode
         return BedrockProvider(
             name=name,
             region=provider.region,
-            timeout_seconds=provider.timeout_seconds or settings.provider_timeout_seconds,
+            timeout_seconds=settings.provider_timeout_for(name),
             max_connections=provider.max_concurrency,
         )
     except BedrockUnavailableError as exc:

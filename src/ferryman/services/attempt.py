@@ -38,6 +38,8 @@ from ferryman.services.cancels import CancelWatcher
 from ferryman.services.limiter import estimate_tokens
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from prometheus_client import Counter, Histogram
 
     from ferryman.core.clock import Clock
@@ -166,8 +168,17 @@ def _call_series(task: str, model: str) -> _CallSeries:
 
 @dataclass(frozen=True, slots=True)
 class AttemptTimeouts:
+    # A call's client-side timeout, for a provider without one of its own.
     provider_timeout_seconds: float
+    # The whole call as the worker bounds it: above every provider's timeout, so the
+    # provider's own, well-described timeout fires first (``ferryman doctor`` checks it).
     attempt_timeout_seconds: float
+    # Each provider's own timeout (``[providers.NAME] timeout_seconds``), by name.
+    per_provider: Mapping[str, float] = field(default_factory=dict)
+
+    def for_provider(self, provider: str) -> float:
+        """The timeout a call to ``provider`` is given, whatever the provider's kind."""
+        return self.per_provider.get(provider, self.provider_timeout_seconds)
 
 
 class AttemptRunner:
@@ -297,7 +308,7 @@ class AttemptRunner:
         try:
             async with asyncio.timeout(self._timeouts.attempt_timeout_seconds):
                 return await provider.invoke(
-                    request, timeout_seconds=self._timeouts.provider_timeout_seconds
+                    request, timeout_seconds=self._timeouts.for_provider(provider.name)
                 )
         except TimeoutError as exc:
             raise ProviderTimeoutError("the attempt timed out") from exc

@@ -88,6 +88,7 @@ class Worker:
         cancel_check_seconds: float = 0.5,
         budgets: Mapping[str, CallBudget] | None = None,
         shared_limits: SharedLimits | None = None,
+        provider_timeouts: Mapping[str, float] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -122,7 +123,9 @@ class Worker:
             lease=lease,
             timeouts=AttemptTimeouts(
                 provider_timeout_seconds=provider_timeout_seconds,
-                attempt_timeout_seconds=attempt_timeout_seconds or provider_timeout_seconds * 1.5,
+                attempt_timeout_seconds=attempt_timeout_seconds
+                or max([provider_timeout_seconds, *(provider_timeouts or {}).values()]) * 1.5,
+                per_provider=dict(provider_timeouts or {}),
             ),
             limiters=Limiters(
                 budgets or {}, max_concurrency=concurrency, shared=shared_limits, member=worker_id
