@@ -259,6 +259,10 @@ class UsageFigures(_Body):
     output_tokens: int
     cost_usd: float
     wasted_cost_usd: float
+    unknown_usage_calls: int = Field(
+        description="Calls answered without usage: their tokens and cost are unknown and "
+        "left out of the sums above (never counted as 0)."
+    )
 
 
 class UsageRow(UsageFigures):

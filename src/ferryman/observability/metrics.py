@@ -124,6 +124,12 @@ PROVIDER_COST = Counter(
     "What model calls cost, from the alias's prices, by outcome of the attempt.",
     ["provider", "model", "outcome"],
 )
+USAGE_UNKNOWN = Counter(
+    "ferryman_usage_unknown_total",
+    "Model answers that reported no token usage: their tokens and cost are recorded as "
+    "unknown (null), never as 0.",
+    ["provider", "model"],
+)
 ATTEMPT_TOKENS = Counter(
     "ferryman_attempt_tokens_total",
     "Model usage tokens by provider, model and outcome of the attempt.",

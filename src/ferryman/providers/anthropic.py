@@ -141,8 +141,9 @@ class _MessageReader:
     message_id: str | None = None
     model: str | None = None
     stop_reason: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
+    # None until the answer reports them (unknown if it never does, never 0).
+    input_tokens: int | None = None
+    output_tokens: int | None = None
     # Per content block index: its type and its text (tool input JSON, or plain text).
     kinds: dict[int, str] = field(default_factory=dict)
     parts: dict[int, list[str]] = field(default_factory=dict)
@@ -196,7 +197,7 @@ class _MessageReader:
         if isinstance(usage, dict):
             for key in ("input_tokens", "output_tokens"):
                 value = usage.get(key)
-                if isinstance(value, int) and value >= 0:
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                     setattr(self, key, value)
 
     def read_whole(self, body: dict[str, Any], request_id: str | None) -> None:

@@ -254,8 +254,9 @@ def _answer_text(content: list[Any], *, tool: str, wrapped: bool) -> str:
     return "".join(texts)
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
+def _count(value: Any) -> int | None:
+    # An answer without usage: unknown, not 0.
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _translate(exc: Exception, label: str, *, tool_choice_sent: bool) -> Exception:

@@ -339,7 +339,7 @@ class _ChatReader:
         )
 
 
-def _tokens(usage: dict[str, Any], key: str) -> int:
-    # A server that reports no usage (no include_usage support) bills nothing we can see.
+def _tokens(usage: dict[str, Any], key: str) -> int | None:
+    # A server that reports no usage (no include_usage support): unknown, not 0.
     value = usage.get(key)
-    return value if isinstance(value, int) and value >= 0 else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
