@@ -233,6 +233,12 @@ class Settings(BaseSettings):
     tasks_dir: str | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
 
+    # A provider paused automatically (it refused our credentials, and so did a probe
+    # of it) is probed again this long after the pause, then each wait twice the last,
+    # up to the maximum; it is resumed by itself once a probe passes.
+    provider_probe_initial_seconds: float = Field(default=30.0, gt=0)
+    provider_probe_max_seconds: float = Field(default=600.0, gt=0)
+
     # The simulated model: may a job's input script it (latency, failures)?
     sim_scripts: bool = True
     # How often a worker looks for cancel requests on the calls it runs.
@@ -249,6 +255,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"postgres_pool_min_size ({self.postgres_pool_min_size}) is above "
                 f"postgres_pool_max_size ({self.postgres_pool_max_size})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _probe_waits_in_order(self) -> Settings:
+        if self.provider_probe_initial_seconds > self.provider_probe_max_seconds:
+            raise ValueError(
+                f"provider_probe_initial_seconds ({self.provider_probe_initial_seconds:g}) "
+                f"is above provider_probe_max_seconds ({self.provider_probe_max_seconds:g})"
             )
         return self
 

@@ -44,6 +44,8 @@ from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.limiter import DEFAULT_START_CONCURRENCY, CallBudget
 from ferryman.services.operations import Operations
+from ferryman.services.pauses import WaitReasons
+from ferryman.services.probes import ProbeSchedule
 from ferryman.services.results import ResultWriter
 from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH_SIZE
 from ferryman.services.retention import Retention
@@ -184,6 +186,10 @@ class Runtime:
             cancel_check_seconds=s.cancel_check_seconds,
             budgets=call_budgets(s),
             shared_limits=self.shared_limits,
+            probe_schedule=ProbeSchedule(
+                initial_seconds=s.provider_probe_initial_seconds,
+                maximum_seconds=s.provider_probe_max_seconds,
+            ),
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
@@ -397,7 +403,11 @@ def _build(settings: Settings, engine: Engine, clock: Clock) -> Runtime:
             sim_scripts=settings.sim_scripts,
         ),
         jobs=JobQueries(
-            store=store, results=results, clock=clock, list_max_bytes=settings.list_max_bytes
+            store=store,
+            results=results,
+            clock=clock,
+            list_max_bytes=settings.list_max_bytes,
+            waits=WaitReasons(catalog=catalog, control=control),
         ),
         operations=Operations(
             store=store, queue=queue, control=control, clock=clock, results=result_writer

@@ -29,7 +29,7 @@ from ferryman.http.timestamps import rfc3339
 if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
-    from ferryman.ports.control import AuditRecord
+    from ferryman.ports.control import AuditRecord, ProviderPause
     from ferryman.services.jobs import JobView
 
 # Where data lives: for operators, not for tenants.
@@ -118,6 +118,30 @@ def job_body(
     a single GET answers with the error itself)."""
     result = None if result_json is None else orjson.Fragment(result_json)
     return {**job_summary(job), "result": result, "result_error": result_error_body(result_error)}
+
+
+def job_detail_body(view: JobView) -> dict[str, Any]:
+    """One job as GET /v1/generations/{id} answers: with its result, and while it waits
+    for a paused provider, why (``waiting``)."""
+    return {
+        **job_body(view.job, result_json=view.result_json),
+        "waiting": waiting_body(view.waiting),
+    }
+
+
+def waiting_body(pause: ProviderPause | None) -> dict[str, Any] | None:
+    """Which provider's pause holds a waiting job, since when, and whether ferryman made
+    it (and probes the provider, next at ``next_check_at``) or an operator did. Never
+    the pause's reason or who made it: an operator's words are not for tenants."""
+    if pause is None:
+        return None
+    return {
+        "reason": "provider_paused",
+        "provider": pause.provider,
+        "since": rfc3339(pause.since),
+        "automatic": pause.automatic,
+        "next_check_at": rfc3339(pause.next_probe_at),
+    }
 
 
 def list_item_body(view: JobView) -> dict[str, Any]:

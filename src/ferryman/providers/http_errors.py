@@ -9,6 +9,7 @@ code with a JSON error body, a rate-limit hint in the headers, or no answer at a
                                           ProviderTimeoutError
     400, 404, 413, 422, any other 4xx     ProviderBadRequestError INVALID_REQUEST
     401, 403                              ProviderUnauthorizedError UNAUTHORIZED
+    insufficient_quota (a 429), billing   AccountRefusedError    UNAUTHORIZED
     a content-filter code (Azure's 400)   SafetyRejectedError    SAFETY_REJECTED
 
 A message names the provider, the status and the provider's own error type, code and
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ferryman.core.errors import (
+    AccountRefusedError,
     ContextLengthExceededError,
     ProviderBadRequestError,
     ProviderError,
@@ -55,7 +57,8 @@ _THROTTLE_TYPES = frozenset(
     {"rate_limit_error", "rate_limit_exceeded", "overloaded_error", "requests", "tokens"}
 )
 # A 429 that waiting cannot mend: the account has no quota or credit left. Retrying
-# would only spend every queued job's attempts, so it is treated like a refused key.
+# would only spend every queued job's attempts: like a refused key, it pauses the
+# provider (AccountRefusedError), until an operator resumes it.
 _ACCOUNT_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 # How much of an error body is read: error bodies are small; a proxy's HTML page is not.
 MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -216,7 +219,7 @@ def error_for_status(
     if names & _SAFETY_CODES:
         kind = SafetyRejectedError
     elif names & _ACCOUNT_CODES:
-        kind = ProviderUnauthorizedError
+        kind = AccountRefusedError
     elif status in (429, 529) or names & {"overloaded_error"}:
         kind = ThrottledError
     elif status in (401, 403):
@@ -240,7 +243,7 @@ def error_for_type(body: ErrorBody, *, provider: str, request_id: str | None) ->
     if names & _SAFETY_CODES:
         kind = SafetyRejectedError
     elif names & _ACCOUNT_CODES:
-        kind = ProviderUnauthorizedError
+        kind = AccountRefusedError
     elif names & _THROTTLE_TYPES:
         kind = ThrottledError
     elif names & {"authentication_error", "permission_error", "invalid_api_key"}:

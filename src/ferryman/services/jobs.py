@@ -32,9 +32,11 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job
+    from ferryman.ports.control import ProviderPause
     from ferryman.ports.results import ResultStore
     from ferryman.ports.store import JobPage
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.pauses import WaitReasons
 
 DEFAULT_LIST_MAX_BYTES = 1_048_576
 # Results read at once while filling a page: enough to hide a disk's latency, few
@@ -53,6 +55,8 @@ class JobView:
     result_json: bytes | None = None
     # Why a SUCCEEDED job's result is not shown (list items only; get raises it).
     result_error: FerrymanError | None = None
+    # The pause of its provider, while it holds the waiting job (``get`` only).
+    waiting: ProviderPause | None = None
 
     @property
     def result(self) -> Any:
@@ -84,6 +88,7 @@ class JobQueries:
         results: ResultStore,
         clock: Clock | None = None,
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
+        waits: WaitReasons | None = None,
     ) -> None:
         if list_max_bytes < 1:
             raise ValueError("list_max_bytes must be positive")
@@ -92,12 +97,14 @@ class JobQueries:
         # Cancellation is the only write here; its time comes from this clock.
         self._clock: Clock = clock or SystemClock()
         self._list_max_bytes = list_max_bytes
+        self._waits = waits
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         """Raises JobNotFoundError, and ResultUnreadableError or ResultsUnavailableError
         when the job's result cannot be served."""
         job = await self._owned(tenant_id, job_id)
-        return JobView(job=job, result_json=await self._result_of(job))
+        waiting = None if self._waits is None else await self._waits.of(job)
+        return JobView(job=job, result_json=await self._result_of(job), waiting=waiting)
 
     async def list(
         self,

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.services.limiter import CallBudget
+    from ferryman.services.probes import ProbeSchedule
     from ferryman.services.results import ResultWriter
     from ferryman.tasks import TaskRegistry
 
@@ -89,6 +90,7 @@ class Worker:
         budgets: Mapping[str, CallBudget] | None = None,
         shared_limits: SharedLimits | None = None,
         provider_timeouts: Mapping[str, float] | None = None,
+        probe_schedule: ProbeSchedule | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -138,7 +140,11 @@ class Worker:
             runner=self._runner,
             clock=clock,
             settings=DeliverySettings(
-                lease=lease, retry=retry, worker_id=worker_id, max_receives=max_receives
+                lease=lease,
+                retry=retry,
+                worker_id=worker_id,
+                max_receives=max_receives,
+                probe_schedule=probe_schedule,
             ),
             failpoints=failpoints,
             catalog=catalog,
@@ -177,12 +183,15 @@ class Worker:
                 watcher_stop, interval_seconds=self._cancel_check_seconds
             )
         )
+        # Providers paused automatically are probed again, and resumed, from here.
+        prober = asyncio.create_task(self._handler.probes.run(watcher_stop))
         try:
             await self._receive_until(stop)
         finally:
             await self._drain()
             watcher_stop.set()
             await watcher
+            await prober
             log.info("worker.stopped", worker_id=self.worker_id)
 
     async def _paused_or_unreadable(self) -> bool:
