@@ -8,6 +8,7 @@ whose calls and whose probe (``check``) are scripted separately.
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from prometheus_client import REGISTRY
@@ -382,3 +383,18 @@ async def test_a_running_worker_probes_and_resumes_a_due_provider(make_world, ga
         stop.set()
         await asyncio.wait_for(running, 10)
     assert gateway.probes == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"provider_probe_initial_seconds": 700}, "is above provider_probe_max_seconds (600)"),
+        ({"provider_probe_initial_seconds": 0}, "FERRYMAN_PROVIDER_PROBE_INITIAL_SECONDS"),
+        ({"provider_probe_max_seconds": -1}, "FERRYMAN_PROVIDER_PROBE_MAX_SECONDS"),
+    ],
+)
+def test_probe_settings_out_of_order_or_range_are_refused(overrides, named):
+    from ferryman.config import ConfigurationError, load_settings
+
+    with pytest.raises(ConfigurationError, match=re.escape(named)):
+        load_settings(**overrides)
