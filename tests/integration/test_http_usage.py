@@ -45,6 +45,7 @@ async def test_a_tenant_gets_its_own_exact_usage_and_nobody_elses(
             "output_tokens": 15,
             "cost_usd": 0.0,
             "wasted_cost_usd": 0.0,
+            "unknown_usage_calls": 0,
         }
     ]
     assert mine["total"]["calls"] == 3

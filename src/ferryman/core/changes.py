@@ -29,6 +29,7 @@ from ferryman.core import job as rules
 from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
 from ferryman.core.job import (
     DEAD_LETTERED_CODE,
+    PROVIDER_PAUSED,
     Attempt,
     AttemptOutcome,
     AttemptReport,
@@ -341,6 +342,18 @@ def release(job: Job, *, attempt_id: str, now: float, report: AttemptReport) -> 
     """The owner gives the job back (shutdown): the attempt ends abandoned, one RELEASED."""
     after = rules.release(job, attempt_id=attempt_id, now=now)
     return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, {})
+
+
+def wait_for_provider(
+    job: Job, *, attempt_id: str, now: float, error: JobError, report: AttemptReport
+) -> Change:
+    """The owner gives the job back to wait for its paused provider (core.job's rule):
+    one RELEASED saying so, with the refusal. A requested cancel wins."""
+    if _cancel_wins(job, attempt_id, now):
+        return _owner_cancelled(job, attempt_id, now, report)
+    after = rules.wait_for_provider(job, attempt_id=attempt_id, now=now, error=error)
+    detail = {"reason": PROVIDER_PAUSED, **_error_detail(error)}
+    return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, detail)
 
 
 def lease_lost(

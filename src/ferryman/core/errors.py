@@ -32,6 +32,7 @@
         ├── ProviderBadRequestError     INVALID_REQUEST
         │   └── ContextLengthExceededError  the input is too long for this model
         ├── ProviderUnauthorizedError   UNAUTHORIZED
+        │   └── AccountRefusedError     the account, not the key: no quota or credit left
         └── SafetyRejectedError         SAFETY_REJECTED
 
 Whether to retry is never decided here: core/retry.py decides it from the failure
@@ -280,6 +281,12 @@ class ProviderUnauthorizedError(ProviderError):
 
     failure_class = FailureClass.UNAUTHORIZED
     code = "unauthorized"
+
+
+class AccountRefusedError(ProviderUnauthorizedError):
+    """The provider refused our account: it has no quota or credit left."""
+
+    code = "account_refused"
 
 
 class SafetyRejectedError(ProviderError):

@@ -272,6 +272,24 @@ def release(job: Job, *, attempt_id: str, now: float) -> Job:
     )
 
 
+def wait_for_provider(job: Job, *, attempt_id: str, now: float, error: JobError) -> Job:
+    """The owner's call found the job's provider refusing our credentials, and the
+    provider is paused for every job: the job waits in the queue again, as that
+    provider's other jobs do, with the refusal as its error and its budgets untouched
+    (the failure is the deployment's, not the job's)."""
+    _require_owner(job, attempt_id, now)
+    return evolve(
+        job,
+        status=JobStatus.QUEUED,
+        error=error,
+        attempt_id=None,
+        worker_id=None,
+        lease_until=None,
+        not_before=None,
+        updated_at=now,
+    )
+
+
 def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
     _require_owner(job, attempt_id, now)
     return evolve(
@@ -379,6 +397,8 @@ def cancelled(job: Job, *, now: float) -> Job:
 
 
 DEAD_LETTERED_CODE = "dead_lettered"
+# Why a RELEASED event gave a job back: its provider refuses our credentials (paused).
+PROVIDER_PAUSED = "provider_paused"
 
 
 def is_dead_lettered(job: Job) -> bool:

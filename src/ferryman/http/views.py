@@ -31,10 +31,10 @@ from ferryman.services.jobs import MAX_LIST_JOB_IDS
 if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
-    from ferryman.ports.control import AuditRecord
+    from ferryman.ports.control import AuditRecord, ProviderPause
     from ferryman.ports.queue import UndecodableLetter
     from ferryman.ports.store import JobSummary
-    from ferryman.services.jobs import ListedJob
+    from ferryman.services.jobs import JobView, ListedJob
 
 # Where data lives: for operators, not for tenants.
 STORAGE_FIELDS = frozenset({"result_ref"})
@@ -144,6 +144,30 @@ def list_item_body(item: ListedJob) -> dict[str, Any]:
     """A job in a list, the fields of a single GET made from its summary: a result that
     cannot be served is an error on this item alone."""
     return job_body(item.summary, result_json=item.result_json, result_error=item.result_error)
+
+
+def job_detail_body(view: JobView) -> dict[str, Any]:
+    """One job as GET /v1/generations/{id} answers: with its result, and while it waits
+    for a paused provider, why (``waiting``)."""
+    return {
+        **job_body(view.job, result_json=view.result_json),
+        "waiting": waiting_body(view.waiting),
+    }
+
+
+def waiting_body(pause: ProviderPause | None) -> dict[str, Any] | None:
+    """Which provider's pause holds a waiting job, since when, and whether ferryman made
+    it (and probes the provider, next at ``next_check_at``) or an operator did. Never
+    the pause's reason or who made it: an operator's words are not for tenants."""
+    if pause is None:
+        return None
+    return {
+        "reason": "provider_paused",
+        "provider": pause.provider,
+        "since": rfc3339(pause.since),
+        "automatic": pause.automatic,
+        "next_check_at": rfc3339(pause.next_probe_at),
+    }
 
 
 def result_error_body(error: FerrymanError | None) -> dict[str, str] | None:

@@ -129,6 +129,28 @@ PROVIDER_COST = Counter(
     "What model calls cost, from the alias's prices, by outcome of the attempt.",
     ["provider", "model", "outcome"],
 )
+USAGE_UNKNOWN = Counter(
+    "ferryman_usage_unknown_total",
+    "Model answers that reported no token usage: their tokens and cost are recorded as "
+    "unknown (null), never as 0.",
+    ["provider", "model"],
+)
+PROVIDER_PROBES = Counter(
+    "ferryman_provider_probes_total",
+    "Probes of a provider (its models endpoint) after it refused a call's credentials, "
+    "or while it is paused automatically, by result (accepted, refused, unknown).",
+    ["provider", "result"],
+)
+PROVIDER_AUTO_PAUSES = Counter(
+    "ferryman_provider_auto_pauses_total",
+    "Providers paused automatically: a probe was refused too, or the account was.",
+    ["provider"],
+)
+PROVIDER_AUTO_RESUMES = Counter(
+    "ferryman_provider_auto_resumes_total",
+    "Automatic provider pauses lifted because a probe passed.",
+    ["provider"],
+)
 ATTEMPT_TOKENS = Counter(
     "ferryman_attempt_tokens_total",
     "Model usage tokens by provider, model and outcome of the attempt.",

@@ -130,6 +130,10 @@ class UsageRow:
     # Cost of the calls whose result is not the job's published one: retries, lost
     # leases, abandoned and cancelled attempts, final failures.
     wasted_nano_usd: int
+    # Calls the model answered (a finish reason was recorded) without saying what they
+    # used: their tokens and cost are unknown (null), left out of the sums above, never
+    # counted as 0 tokens and $0.
+    unknown_usage_calls: int
 
 
 class Hint(Protocol):

@@ -45,9 +45,11 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job
+    from ferryman.ports.control import ProviderPause
     from ferryman.ports.results import ResultStore
     from ferryman.ports.store import JobSummary
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.pauses import WaitReasons
 
 DEFAULT_LIST_MAX_BYTES = 1_048_576
 # The most jobs one list may name (``job_ids``): a client waiting for many asks in pages.
@@ -68,6 +70,8 @@ class JobView:
     job: Job
     # The result's JSON exactly as stored (verified); None when there is none to show.
     result_json: bytes | None = None
+    # The pause of its provider, while it holds the waiting job (``get`` only).
+    waiting: ProviderPause | None = None
 
     @property
     def result(self) -> Any:
@@ -114,6 +118,7 @@ class JobQueries:
         clock: Clock | None = None,
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
         lists_at_once_per_tenant: int = LISTS_AT_ONCE_PER_TENANT,
+        waits: WaitReasons | None = None,
     ) -> None:
         if list_max_bytes < 1:
             raise ValueError("list_max_bytes must be positive")
@@ -123,12 +128,14 @@ class JobQueries:
         self._clock: Clock = clock or SystemClock()
         self._list_max_bytes = list_max_bytes
         self._list_turns = TurnsPerKey(lists_at_once_per_tenant)
+        self._waits = waits
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         """Raises JobNotFoundError, and ResultUnreadableError or ResultsUnavailableError
         when the job's result cannot be served."""
         job = await self._owned(tenant_id, job_id)
-        return JobView(job=job, result_json=await self._result_of(job))
+        waiting = None if self._waits is None else await self._waits.of(job)
+        return JobView(job=job, result_json=await self._result_of(job), waiting=waiting)
 
     async def list(
         self,

@@ -372,6 +372,29 @@ class JobLedger:
             ack=ack,
         )
 
+    async def wait_for_provider(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        error: JobError,
+        report: AttemptReport,
+        known: Job | None = None,
+        ack: str | None = None,
+    ) -> Job | None:
+        """The job goes back to the queue to wait for its paused provider, budgets
+        untouched (core.changes.wait_for_provider). ``ack`` goes only with a change that
+        ends the job (a cancel requested meanwhile wins)."""
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.wait_for_provider(
+                job, attempt_id=attempt_id, now=now, error=error, report=report
+            ),
+            known=known,
+            ack=ack,
+        )
+
     async def fail(
         self,
         job_id: str,

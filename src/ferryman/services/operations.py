@@ -24,7 +24,7 @@ from ferryman.ports.queue import QueueMessage
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
-    from ferryman.ports.control import ControlStore, Switch
+    from ferryman.ports.control import ControlStore, ProviderPause, Switch
     from ferryman.ports.queue import JobQueue, QueueStats, UndecodableLetter
     from ferryman.ports.store import JobPage
     from ferryman.services.ledger import JobLedger
@@ -186,6 +186,11 @@ class Operations:
         await self._control.set_provider_paused(
             provider, paused, actor=actor, now=self._clock.now(), reason=reason
         )
+
+    async def provider_pauses(self) -> dict[str, ProviderPause]:
+        """Every paused provider: who paused it (an operator, or a worker automatically),
+        since when, why, and when an automatic pause is probed next."""
+        return await self._control.provider_pauses()
 
     async def paused_names(self) -> list[str]:
         """Everything paused now: ``intake``, ``workers``, ``provider:NAME``."""

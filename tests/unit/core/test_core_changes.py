@@ -34,6 +34,9 @@ NOW = 1_700_000_100.0
 LEASE_UNTIL = NOW + 60.0
 OWNER = "att_owner"
 TRANSIENT = JobError(code="timeout", failure_class=FailureClass.TRANSIENT, message="slow")
+UNAUTHORIZED = JobError(
+    code="unauthorized", failure_class=FailureClass.UNAUTHORIZED, message="key refused"
+)
 INVALID = JobError(code="invalid_output", failure_class=FailureClass.INVALID_OUTPUT, message="x")
 DELIVERY = JobError(code="poison", failure_class=FailureClass.DELIVERY, message="crash loop")
 REPORT = AttemptReport(
@@ -145,6 +148,12 @@ TRANSITIONS: dict[str, tuple[Callable[[Jobs], Job], Callable[[Job], Change | Non
     "fail": (
         Jobs.owned,
         lambda job: changes.fail(job, attempt_id=OWNER, now=NOW, error=TRANSIENT, report=REPORT),
+    ),
+    "wait_for_provider": (
+        Jobs.owned,
+        lambda job: changes.wait_for_provider(
+            job, attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
+        ),
     ),
     "finish_cancelled": (
         lambda jobs: jobs.owned(cancel_requested=True),
@@ -437,6 +446,53 @@ def test_schedule_retry_says_when_and_why(jobs: Jobs) -> None:
     assert change.backlog_delta == 0
 
 
+def test_a_job_waits_for_its_paused_provider_in_the_queue_spending_nothing(jobs: Jobs) -> None:
+    job = jobs.owned(failure_count=2, invalid_output_count=1, deliveries_without_outcome=1)
+
+    change = changes.wait_for_provider(
+        job, attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
+    )
+
+    after = change.after
+    assert facts(after) == facts(
+        dataclasses.replace(
+            job,
+            status=JobStatus.QUEUED,
+            error=UNAUTHORIZED,
+            attempt_id=None,
+            worker_id=None,
+            lease_until=None,
+            not_before=None,
+            updated_at=NOW,
+        )
+    )
+    assert (after.failure_count, after.invalid_output_count) == (2, 1)  # untouched
+    assert after.deliveries_without_outcome == 1
+    assert after.fence == job.fence
+    assert change.closed == (ending(),)
+    [event] = change.events
+    assert event.kind is EventKind.RELEASED
+    assert event.detail == {
+        "attempt_id": OWNER,
+        "reason": "provider_paused",
+        "error_code": "unauthorized",
+        "failure_class": "UNAUTHORIZED",
+    }
+    assert change.backlog_delta == 0
+    assert change.enqueue is False  # its message is put back by the worker, not sent anew
+
+
+def test_only_the_owner_gives_a_job_back_to_wait_for_its_provider(jobs: Jobs) -> None:
+    with pytest.raises(StaleFenceError):
+        changes.wait_for_provider(
+            jobs.owned(), attempt_id="att_other", now=NOW, error=UNAUTHORIZED, report=REPORT
+        )
+    with pytest.raises(StaleFenceError):
+        changes.wait_for_provider(
+            jobs.expired(), attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
+        )
+
+
 def test_a_retry_on_a_fallback_model_starts_its_budgets_afresh(jobs: Jobs) -> None:
     job = jobs.owned(failure_count=4, invalid_output_count=1, fallback_level=1)
 
@@ -488,6 +544,9 @@ OWNER_ENDINGS: dict[str, Callable[[Job], Change]] = {
     ),
     "fail": lambda job: changes.fail(
         job, attempt_id=OWNER, now=NOW, error=TRANSIENT, report=REPORT
+    ),
+    "wait_for_provider": lambda job: changes.wait_for_provider(
+        job, attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
     ),
     "finish_cancelled": lambda job: changes.finish_cancelled(
         job, attempt_id=OWNER, now=NOW, report=REPORT

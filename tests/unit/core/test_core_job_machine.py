@@ -307,6 +307,37 @@ class JobLifecycle(RuleBasedStateMachine):
         )
         self.status, self.owner, self.lease_until = JobStatus.QUEUED, None, None
 
+    @rule(choice=attempts)
+    def wait_for_provider(self, choice: str | int) -> None:
+        """The owner's provider refuses our credentials: the job waits in the queue again,
+        owned by nobody, with the refusal as its error and its budgets untouched."""
+        attempt_id = self.pick(choice)
+        error = JobError(code="unauthorized", failure_class=FailureClass.UNAUTHORIZED, message="m")
+
+        def call() -> Job:
+            return jobs.wait_for_provider(
+                self.job, attempt_id=attempt_id, now=self.now, error=error
+            )
+
+        if not self.owns(attempt_id):
+            self.refused(StaleFenceError, call)
+            return
+        before = self.job
+        after = self.applied(call)
+        self.expect(
+            before,
+            after,
+            status=JobStatus.QUEUED,
+            error=error,
+            attempt_id=None,
+            worker_id=None,
+            lease_until=None,
+            not_before=None,
+            updated_at=self.now,
+        )
+        self.status, self.owner, self.lease_until = JobStatus.QUEUED, None, None
+        self.not_before = None
+
     @rule()
     def request_cancel(self) -> None:
         def call() -> Job:

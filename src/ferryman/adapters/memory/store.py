@@ -285,4 +285,9 @@ def _usage_row(key: str, attempts: list[Attempt]) -> UsageRow:
         wasted_nano_usd=sum(
             a.cost_nano_usd or 0 for a in attempts if a.outcome is not AttemptOutcome.SUCCEEDED
         ),
+        unknown_usage_calls=sum(
+            1
+            for a in attempts
+            if a.finish_reason is not None and (a.input_tokens is None or a.output_tokens is None)
+        ),
     )

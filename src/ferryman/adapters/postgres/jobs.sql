@@ -283,7 +283,11 @@ SELECT * FROM (
         COALESCE(SUM(output_tokens), 0)::bigint AS output_tokens,
         COALESCE(SUM(cost_nano_usd), 0)::bigint AS cost_nano_usd,
         COALESCE(SUM(cost_nano_usd) FILTER (WHERE outcome IS DISTINCT FROM 'succeeded'), 0)::bigint
-            AS wasted_nano_usd
+            AS wasted_nano_usd,
+        -- Answered (a finish reason recorded) without usage: unknown, not in the sums.
+        COUNT(*) FILTER (
+            WHERE finish_reason IS NOT NULL AND (input_tokens IS NULL OR output_tokens IS NULL)
+        ) AS unknown_usage_calls
     FROM attempts
     WHERE started_at >= %(start)s AND started_at < %(end)s
       AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)

@@ -245,6 +245,7 @@ class PostgresJobStore:
                 output_tokens=row["output_tokens"],
                 cost_nano_usd=row["cost_nano_usd"],
                 wasted_nano_usd=row["wasted_nano_usd"],
+                unknown_usage_calls=row["unknown_usage_calls"],
             )
             for row in await self._db.fetch_all(JOBS["usage_report"], params)
         ]

@@ -267,7 +267,11 @@ SELECT
     COALESCE(SUM(output_tokens), 0) AS output_tokens,
     COALESCE(SUM(cost_nano_usd), 0) AS cost_nano_usd,
     COALESCE(SUM(CASE WHEN outcome = 'succeeded' THEN 0 ELSE cost_nano_usd END), 0)
-        AS wasted_nano_usd
+        AS wasted_nano_usd,
+    -- Answered (a finish reason recorded) without usage: unknown, not in the sums.
+    COALESCE(
+        SUM(finish_reason IS NOT NULL AND (input_tokens IS NULL OR output_tokens IS NULL)), 0
+    ) AS unknown_usage_calls
 FROM attempts
 WHERE started_at >= :start AND started_at < :end
   AND (:tenant_id IS NULL OR tenant_id = :tenant_id)

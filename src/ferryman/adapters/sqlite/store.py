@@ -203,6 +203,7 @@ class SqliteJobStore:
                     output_tokens=row["output_tokens"],
                     cost_nano_usd=row["cost_nano_usd"],
                     wasted_nano_usd=row["wasted_nano_usd"],
+                    unknown_usage_calls=row["unknown_usage_calls"],
                 )
                 for row in rows
             ]

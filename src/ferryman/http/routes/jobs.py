@@ -41,6 +41,7 @@ from ferryman.http.views import (
     attempt_body,
     event_body,
     job_body,
+    job_detail_body,
     list_item_body,
 )
 from ferryman.services.intake import SubmitRequest
@@ -130,7 +131,7 @@ async def list_jobs(
 )
 async def get_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     view = await app_deps(request).jobs.get(principal.tenant_id, job_id)
-    return JsonBody(job_body(view.job, result_json=view.result_json))
+    return JsonBody(job_detail_body(view))
 
 
 @router.get(
