@@ -101,7 +101,7 @@ LOAD = [
     """
     INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count,
                           receipt_token)
-    SELECT 'msg_' || job_id,
+    SELECT 'msg_' || job_id || '_0',
            json_build_object('job_id', job_id, 'tenant_id', tenant_id,
                              'payload_version', 1)::text,
            tenant_id, created_at,
@@ -114,7 +114,7 @@ LOAD = [
     """
     INSERT INTO dead_letters (id, message_id, body, sent_at, receive_count,
                               dead_lettered_at, reason, job_id)
-    SELECT 'dl_' || job_id, 'msg_' || job_id, '{}', created_at, 10, completed_at,
+    SELECT 'dl_' || job_id, 'msg_' || job_id || '_0', '{}', created_at, 10, completed_at,
            'max_receives', job_id
     FROM jobs WHERE status = 'FAILED'
     """,
@@ -208,7 +208,7 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
             "receive: mark",
             QUEUE["mark_received"],
             {
-                "ids": ["msg_" + _job_id(middle)],
+                "ids": ["msg_" + _job_id(middle) + "_0"],
                 "tokens": ["t"],
                 "visible_at": now + 60,
                 "now": now,
@@ -217,7 +217,7 @@ def _statements(jobs: int) -> list[tuple[str, str, dict[str, Any]]]:
         (
             "ack (delete by receipt)",
             QUEUE["delete_message"],
-            {"id": "msg_" + _job_id(middle), "token": "t"},
+            {"id": "msg_" + _job_id(middle) + "_0", "token": "t"},
         ),
         ("tenant listing", JOBS["list_jobs_of_tenant"], {**listing, **filters}),
         (

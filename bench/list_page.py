@@ -34,6 +34,7 @@ from ferryman.services.access import ApiKeys
 from ferryman.services.intake import SubmitRequest
 from ferryman.services.jobs import DEFAULT_LIST_MAX_BYTES, JobQueries
 from ferryman.services.operations import Operations
+from ferryman.services.usage import UsageReports
 from harness import TENANT, open_stack, quiet_logs, wait_all_succeeded
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ async def measure(args: argparse.Namespace) -> None:
                         clock=stack.clock,
                     ),
                     api_keys=keys,
+                    usage=UsageReports(store=stack.store, clock=stack.clock),
                     clock=stack.clock,
                 )
             )

@@ -264,6 +264,11 @@ class Settings(BaseSettings):
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     keepalive_timeout_seconds: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=1024, ge=1)
+    # Connections whose request head has taken over a second are counted apart from
+    # max_connections, at most this many in all and from one client address; past
+    # either, the oldest of them is closed (http/slow_heads.py).
+    max_slow_heads: int = Field(default=256, ge=1)
+    max_slow_heads_per_client: int = Field(default=32, ge=1)
     # Per-tenant series on the unauthenticated /metrics would name every tenant.
     metrics_tenant_labels: bool = False
 
@@ -291,6 +296,12 @@ class Settings(BaseSettings):
     tasks_dir: str | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
 
+    # A provider paused automatically (it refused our credentials, and so did a probe
+    # of it) is probed again this long after the pause, then each wait twice the last,
+    # up to the maximum; it is resumed by itself once a probe passes.
+    provider_probe_initial_seconds: float = Field(default=30.0, gt=0)
+    provider_probe_max_seconds: float = Field(default=600.0, gt=0)
+
     # The simulated model: may a job's input script it (latency, failures)? Off by
     # default: a script holds a worker's slots as long as it asks, so only test and
     # demo deployments (the tutorial, the test suites) turn it on.
@@ -309,6 +320,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"postgres_pool_min_size ({self.postgres_pool_min_size}) is above "
                 f"postgres_pool_max_size ({self.postgres_pool_max_size})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _probe_waits_in_order(self) -> Settings:
+        if self.provider_probe_initial_seconds > self.provider_probe_max_seconds:
+            raise ValueError(
+                f"provider_probe_initial_seconds ({self.provider_probe_initial_seconds:g}) "
+                f"is above provider_probe_max_seconds ({self.provider_probe_max_seconds:g})"
             )
         return self
 
@@ -395,6 +415,18 @@ class Settings(BaseSettings):
         if self.stalled_after_seconds is not None:
             return self.stalled_after_seconds
         return self.visibility_timeout_seconds + self.lease_seconds
+
+    def provider_timeout_for(self, provider: str) -> float:
+        """The client-side timeout of one provider's calls, whatever its kind: its own
+        ``timeout_seconds``, else FERRYMAN_PROVIDER_TIMEOUT_SECONDS."""
+        own = self.providers.get(provider)
+        if own is not None and own.timeout_seconds is not None:
+            return own.timeout_seconds
+        return self.provider_timeout_seconds
+
+    def provider_timeouts(self) -> dict[str, float]:
+        """``provider_timeout_for`` of every configured provider, by name."""
+        return {name: self.provider_timeout_for(name) for name in self.providers}
 
     def lease_policy(self) -> LeasePolicy:
         return LeasePolicy(

@@ -46,6 +46,8 @@ from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.limiter import DEFAULT_START_CONCURRENCY, CallBudget
 from ferryman.services.operations import Operations
+from ferryman.services.pauses import WaitReasons
+from ferryman.services.probes import ProbeSchedule
 from ferryman.services.results import ResultWriter
 from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH_SIZE
 from ferryman.services.retention import Retention
@@ -213,6 +215,7 @@ class Runtime:
             retry=s.retry_policy(),
             concurrency=concurrency or s.worker_concurrency,
             provider_timeout_seconds=s.provider_timeout_seconds,
+            provider_timeouts=s.provider_timeouts(),
             attempt_timeout_seconds=s.attempt_timeout_seconds,
             worker_id=new_worker_id(socket.gethostname(), os.getpid()),
             failpoints=s.failpoint_set(),
@@ -224,6 +227,10 @@ class Runtime:
             cancel_check_seconds=s.cancel_check_seconds,
             budgets=call_budgets(s),
             shared_limits=self.shared_limits,
+            probe_schedule=ProbeSchedule(
+                initial_seconds=s.provider_probe_initial_seconds,
+                maximum_seconds=s.provider_probe_max_seconds,
+            ),
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
@@ -342,7 +349,7 @@ def _provider(name: str, provider: ProviderSettings, settings: Settings) -> Mode
         return BedrockProvider(
             name=name,
             region=provider.region,
-            timeout_seconds=provider.timeout_seconds or settings.provider_timeout_seconds,
+            timeout_seconds=settings.provider_timeout_for(name),
             max_connections=provider.max_concurrency,
         )
     except BedrockUnavailableError as exc:
@@ -486,7 +493,11 @@ def _build(
             sim_scripts=settings.sim_scripts,
         ),
         jobs=JobQueries(
-            store=store, results=results, clock=clock, list_max_bytes=settings.list_max_bytes
+            store=store,
+            results=results,
+            clock=clock,
+            list_max_bytes=settings.list_max_bytes,
+            waits=WaitReasons(catalog=catalog, control=control),
         ),
         operations=Operations(
             store=store, queue=queue, control=control, clock=clock, results=result_writer

@@ -169,3 +169,62 @@ async def test_release_by_a_non_owner_is_refused(engine, job_factory):
 
     assert (expired, taken_over) == (None, None)
     assert await engine.store.get(job_id) == before == owner.job
+
+
+# --- wait_for_provider ------------------------------------------------------------
+
+UNAUTHORIZED = JobError(code="unauthorized", failure_class=FailureClass.UNAUTHORIZED, message="m")
+REFUSED = AttemptReport(outcome=AttemptOutcome.RETRY, failure_class=FailureClass.UNAUTHORIZED)
+
+
+async def test_a_job_given_back_to_wait_for_its_provider_is_queued_with_its_budgets(
+    engine, job_factory
+):
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id)
+
+    after = await engine.store.wait_for_provider(
+        job_id,
+        attempt_id=claimed.job.attempt_id,
+        now=engine.now(),
+        error=UNAUTHORIZED,
+        report=REFUSED,
+        known=claimed.job,
+    )
+
+    stored = await engine.store.get(job_id)
+    assert after is not None
+    assert stored == after
+    assert (stored.status, stored.error, stored.attempt_id, stored.failure_count) == (
+        JobStatus.QUEUED,
+        UNAUTHORIZED,
+        None,
+        0,
+    )
+    [attempt] = await engine.store.attempts(job_id)
+    assert (attempt.outcome, attempt.failure_class) == (
+        AttemptOutcome.RETRY,
+        FailureClass.UNAUTHORIZED,
+    )
+    released = (await engine.store.events(job_id))[-1]
+    assert (released.kind, released.detail["reason"]) == (EventKind.RELEASED, "provider_paused")
+    again = await engine.claim(job_id)  # and it is claimed again like any queued job
+    assert again.claimed and again.job.fence == claimed.job.fence + 1
+
+
+async def test_a_cancel_requested_meanwhile_wins_over_waiting_for_the_provider(engine, job_factory):
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id)
+    await engine.store.request_cancel(job_id, tenant_id=claimed.job.tenant_id, now=engine.now())
+
+    after = await engine.store.wait_for_provider(
+        job_id,
+        attempt_id=claimed.job.attempt_id,
+        now=engine.now(),
+        error=UNAUTHORIZED,
+        report=REFUSED,
+    )
+
+    assert after is not None and after.status is JobStatus.CANCELLED
+    [attempt] = await engine.store.attempts(job_id)
+    assert attempt.outcome is AttemptOutcome.CANCELLED

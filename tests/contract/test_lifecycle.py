@@ -143,7 +143,8 @@ async def test_replay_restarts_a_failed_job_keeping_its_fence(engine, job_factor
     )
 
     assert job.status is JobStatus.QUEUED
-    assert (job.attempt_count, job.failure_count, job.invalid_output_count) == (0, 0, 0)
+    # The budgets start afresh; the attempts it had are still counted (its attempt list).
+    assert (job.attempt_count, job.failure_count, job.invalid_output_count) == (2, 0, 0)
     assert job.fence == 2
     assert (job.error, job.result_ref, job.completed_at, job.attempt_id) == (None, None, None, None)
     assert job.cancel_requested is False
@@ -161,7 +162,7 @@ async def test_replay_restarts_a_failed_job_keeping_its_fence(engine, job_factor
 
     again = await engine.claim(job_id)
     assert again.claimed is True
-    assert (again.job.fence, again.job.attempt_count) == (3, 1)
+    assert (again.job.fence, again.job.attempt_count) == (3, 3)
     assert [a.attempt_no for a in await engine.store.attempts(job_id)] == [1, 2, 3]
 
 
@@ -235,6 +236,8 @@ async def test_stalled_lists_jobs_nothing_is_driving(engine, job_factory):
     engine.advance(1)
     lease_expired = await _queued(engine, job_factory)
     await engine.claim(lease_expired, lease_seconds=60)
+    # Their messages are lost (acknowledged by a dying worker, say): nothing drives them.
+    assert sorted(await engine.drain()) == sorted([retry_overdue, lease_expired])
     succeeded = await _queued(engine, job_factory)
     claimed = await engine.claim(succeeded)
     await engine.store.succeed(
@@ -263,9 +266,73 @@ async def test_stalled_lists_jobs_nothing_is_driving(engine, job_factory):
     assert len(await engine.store.stalled(now=engine.now(), older_than_seconds=300, limit=1)) == 1
 
 
+async def test_a_job_whose_message_is_still_queued_is_not_stalled(engine, job_factory):
+    """Waiting behind busy workers, hidden after a crash, or delayed until a retry is
+    due: its message will be delivered and its claim take over. Re-sending it would
+    only deliver it twice."""
+    if not engine.store.enqueues_with_job:
+        pytest.skip(f"{engine.name} keeps its queue apart: its stalled scan cannot tell")
+    in_flight = await _queued(engine, job_factory)
+    [delivery] = await engine.queue.receive(max_messages=10, visibility_timeout_seconds=5_000)
+    await engine.claim(in_flight, lease_seconds=60)  # its worker died holding the message
+    visible = await _queued(engine, job_factory)
+    await engine.claim(visible, lease_seconds=60)  # its message never received
+    delayed = await _queued(engine, job_factory)
+    await _retry(engine, delayed, TRANSIENT, delay=10)
+    lost = await _queued(engine, job_factory)
+    await engine.claim(lost, lease_seconds=60)
+    engine.advance(1_000)
+    await _lose_messages_of(engine, lost)
+
+    assert [j.job_id for j in await _stalled(engine)] == [lost]
+    assert delivery.message.job_id == in_flight
+    assert visible != lost
+
+
+async def _lose_messages_of(engine, job_id):
+    """Receive every visible message and delete only ``job_id``'s; the rest go back."""
+    for delivery in await engine.queue.receive(max_messages=100, visibility_timeout_seconds=0):
+        if delivery.message.job_id == job_id:
+            await engine.queue.delete(delivery.receipt)
+
+
+async def test_a_redispatch_sends_its_message_with_its_event(engine, job_factory):
+    if not engine.store.enqueues_with_job:
+        pytest.skip(f"{engine.name} keeps its queue apart: the sweeper sends, then records")
+    job_id = await _queued(engine, job_factory)
+    await engine.claim(job_id, lease_seconds=60)
+    assert await engine.drain() == [job_id]
+    engine.advance(1_000)
+
+    assert await engine.store.redispatch(job_id, now=engine.now()) is True
+
+    assert (await engine.store.events(job_id))[-1].kind is EventKind.REDISPATCHED
+    assert await _stalled(engine) == []  # its message is queued again
+    assert await engine.drain() == [job_id]
+
+
+async def test_a_finished_job_is_not_redispatched(engine, job_factory):
+    if not engine.store.enqueues_with_job:
+        pytest.skip(f"{engine.name} keeps its queue apart: the sweeper sends, then records")
+    job_id = await _queued(engine, job_factory)
+    claimed = await engine.claim(job_id, lease_seconds=60)
+    assert await engine.drain() == [job_id]
+    await engine.store.fail(
+        job_id, attempt_id=claimed.job.attempt_id, now=engine.now(), error=TRANSIENT, report=FAILED
+    )
+    history = await engine.store.events(job_id)
+
+    assert await engine.store.redispatch(job_id, now=engine.now()) is False
+    assert await engine.store.redispatch("gen_unknown", now=engine.now()) is False
+
+    assert await engine.store.events(job_id) == history
+    assert await engine.drain() == []
+
+
 async def test_a_redispatched_job_is_not_offered_again_until_it_stalls_anew(engine, job_factory):
     job_id = await _queued(engine, job_factory)
     await engine.claim(job_id, lease_seconds=60)
+    await engine.drain()  # its message is lost
     engine.advance(1_000)
     assert [j.job_id for j in await _stalled(engine)] == [job_id]
 

@@ -223,3 +223,76 @@ async def test_a_waiting_receive_gives_up_after_wait_seconds(engine):
     assert await _receive(engine, wait=0.3) == []
 
     assert 0.25 <= time.monotonic() - started < 3
+
+
+# --- dead letters no worker can read ----------------------------------------------------
+
+
+async def _undecodable(engine, *bodies):
+    if engine.send_raw is None:
+        pytest.skip(f"{engine.name} holds messages as objects: none is ever undecodable")
+    for body in bodies:
+        await engine.send_raw(body)
+        engine.advance(1)
+    good = _message()
+    await engine.queue.send(good)
+    # The undecodable ones go to the dead letters at once; the good one is delivered.
+    assert [d.message.job_id for d in await _receive(engine)] == [good.job_id]
+
+
+async def test_an_undecodable_letter_is_kept_for_an_operator_not_the_sweeper(engine):
+    await _undecodable(engine, "{not json", '{"tenant_id": "t1"}')
+
+    letters = await engine.queue.undecodable_letters(limit=10)
+
+    # Dead-lettered by one receive, at one instant: in the order of their ids.
+    assert sorted(letter.body for letter in letters) == ['{"tenant_id": "t1"}', "{not json"]
+    assert [letter.dead_letter_id for letter in letters] == sorted(
+        letter.dead_letter_id for letter in letters
+    )
+    assert [letter.receive_count for letter in letters] == [0, 0]
+    assert all(letter.dead_lettered_at == engine.now() for letter in letters)
+    assert await engine.queue.receive_dead_letters(max_messages=10) == []
+    stats = await engine.queue.stats()
+    assert (stats.dead_letters, stats.undecodable_letters) == (2, 2)
+    first = letters[0]
+    assert await engine.queue.undecodable_letter(first.dead_letter_id) == first
+    assert await engine.queue.undecodable_letter("dl_none") is None
+
+
+async def test_undecodable_letters_page_after_the_last_one_seen(engine):
+    await _undecodable(engine, "a", "b", "c")
+    [a, b, c] = await engine.queue.undecodable_letters(limit=10)
+
+    after_a = await engine.queue.undecodable_letters(
+        limit=10, after=(a.dead_lettered_at, a.dead_letter_id)
+    )
+    after_c = await engine.queue.undecodable_letters(
+        limit=10, after=(c.dead_lettered_at, c.dead_letter_id)
+    )
+
+    # Dead-lettered in one receive (the same instant): the id orders them, none lost.
+    assert {letter.body for letter in (a, b, c)} == {"a", "b", "c"}
+    assert after_a == [b, c]
+    assert after_c == []
+    assert await engine.queue.undecodable_letters(limit=1) == [a]
+
+
+async def test_only_an_undecodable_letter_is_purged(engine):
+    await _undecodable(engine, "junk")
+    [junk] = await engine.queue.undecodable_letters(limit=10)
+    message = _message()
+    await engine.queue.send(message)
+    for _ in range(MAX_RECEIVES + 1):  # a job's message, redriven
+        await _receive(engine, visibility=1)
+        engine.advance(2)
+    [job_letter] = await engine.queue.receive_dead_letters(max_messages=10)
+
+    assert await engine.queue.delete_undecodable_letter(job_letter.dead_letter_id) is False
+    assert await engine.queue.delete_undecodable_letter(junk.dead_letter_id) is True
+    assert await engine.queue.delete_undecodable_letter(junk.dead_letter_id) is False
+
+    assert await engine.queue.undecodable_letters(limit=10) == []
+    assert await engine.queue.receive_dead_letters(max_messages=10) == [job_letter]
+    stats = await engine.queue.stats()
+    assert (stats.dead_letters, stats.undecodable_letters) == (1, 0)

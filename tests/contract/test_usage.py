@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ferryman.core.errors import FailureClass
@@ -109,3 +111,58 @@ async def test_a_tenant_sees_only_its_own_usage_and_operators_see_all(engine, jo
         tenant_id="t3", start=start, end=start + DAY, group_by=UsageGroup.TASK
     )
     assert (calls(mine), calls(everyone), nobody) == (2, 4, [])
+
+
+async def test_calls_answered_without_usage_are_counted_apart_never_as_zero(engine, job_factory):
+    """An answer that reported no usage (a finish reason, no tokens, no cost) is unknown:
+    left out of the sums and counted in unknown_usage_calls. An attempt that never got
+    an answer (abandoned, a refused call) is not an unknown-usage call."""
+    start = engine.now()
+    job = job_factory()
+    await engine.accept(job)
+    first = await engine.claim(job.job_id)
+    unknown = AttemptReport(
+        outcome=AttemptOutcome.RETRY,
+        failure_class=FailureClass.INVALID_OUTPUT,
+        model="fast",
+        provider="openai",
+        finish_reason="stop",
+    )
+    await engine.store.schedule_retry(
+        job.job_id,
+        attempt_id=first.job.attempt_id,
+        now=engine.now(),
+        not_before=engine.now(),
+        error=JobError("invalid_output", FailureClass.INVALID_OUTPUT, "m"),
+        report=unknown,
+    )
+    second = await engine.claim(job.job_id)
+    refused = AttemptReport(
+        outcome=AttemptOutcome.RETRY,
+        failure_class=FailureClass.THROTTLED,
+        model="fast",
+        provider="openai",
+    )
+    await engine.store.schedule_retry(
+        job.job_id,
+        attempt_id=second.job.attempt_id,
+        now=engine.now(),
+        not_before=engine.now(),
+        error=THROTTLED,
+        report=refused,
+    )
+    third = await engine.claim(job.job_id)
+    known = _report(AttemptOutcome.SUCCEEDED, cost=1000)
+    await engine.store.succeed(
+        job.job_id,
+        attempt_id=third.job.attempt_id,
+        now=engine.now(),
+        result_ref="r",
+        report=dataclasses.replace(known, finish_reason="stop"),
+    )
+
+    (row,) = await engine.store.usage_report(
+        tenant_id="t1", start=start, end=start + DAY, group_by=UsageGroup.MODEL
+    )
+    assert (row.calls, row.failed_calls, row.unknown_usage_calls) == (3, 2, 1)
+    assert (row.input_tokens, row.output_tokens, row.cost_nano_usd) == (100, 50, 1000)

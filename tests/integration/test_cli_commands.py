@@ -291,7 +291,11 @@ def test_dlq_list_on_an_empty_database(tmp_path: Path) -> None:
     assert "No dead-lettered jobs" in done.stderr
     as_json = ferryman(tmp_path, "dlq", "list", "--json")
     assert as_json.returncode == 0
-    assert json.loads(as_json.stdout) == {"data": [], "next_cursor": None}
+    assert json.loads(as_json.stdout) == {
+        "data": [],
+        "next_cursor": None,
+        "undecodable_letters": 0,
+    }
 
 
 def test_dlq_replay_of_nothing_replayable_lists_the_skips_and_exits_1(tmp_path: Path) -> None:

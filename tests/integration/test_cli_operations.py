@@ -60,7 +60,13 @@ def test_pause_and_resume_intake_are_seen_by_the_api_and_by_status(
         assert state["status"] == "ready"
         assert state["paused"] == ["intake"]
         assert set(state["checks"]) >= {"store", "queue"}
-        assert set(state["queue"]) == {"visible", "in_flight", "oldest_age_seconds", "dead_letters"}
+        assert set(state["queue"]) == {
+            "visible",
+            "in_flight",
+            "oldest_age_seconds",
+            "dead_letters",
+            "undecodable_letters",
+        }
         table = live_server.cli("status")
         assert table.returncode == 0, table.stderr
         assert "PAUSED" in table.stdout
@@ -89,12 +95,77 @@ def test_pause_and_resume_workers(live_server: LiveServer) -> None:
     assert resumed.stdout.strip() == "resumed workers; paused now: nothing"
 
 
+def _a_job_seen_waiting(server: LiveServer, key: str) -> dict:
+    """Submit jobs until one is seen waiting for its paused provider: a worker trusts its
+    look at the pauses for a second, so a job submitted just after the pause may run."""
+    headers = {"Authorization": f"Bearer {key}"}
+    deadline = time.monotonic() + SWITCH_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        job_id = httpx.post(
+            f"{server.url}/v1/generations",
+            json={"task": "generate", "input": {"prompt": "hi"}},
+            headers=headers,
+            timeout=30,
+        ).json()["job_id"]
+        while time.monotonic() < deadline:
+            job = httpx.get(f"{server.url}/v1/generations/{job_id}", headers=headers, timeout=30)
+            body = job.json()
+            if body["waiting"] is not None:
+                return body
+            if body["status"] == "SUCCEEDED":
+                break  # taken before the worker saw the pause: try another
+            time.sleep(0.1)
+    raise AssertionError("no job was seen waiting for its paused provider")
+
+
+def test_pause_and_resume_a_provider(live_server: LiveServer) -> None:
+    key = live_server.new_key()
+    paused = live_server.cli("pause", "--provider", "sim", "--reason", "key rotation")
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.strip() == "paused provider:sim; paused now: provider:sim"
+    try:
+        job = _a_job_seen_waiting(live_server, key)
+        assert job["status"] in ("QUEUED", "RETRY_SCHEDULED")
+        waiting = job["waiting"]
+        assert (waiting["reason"], waiting["provider"], waiting["automatic"]) == (
+            "provider_paused",
+            "sim",
+            False,
+        )
+        assert waiting["next_check_at"] is None
+        assert "key rotation" not in json.dumps(job)  # an operator's words stay with operators
+
+        table = live_server.cli("status", job["job_id"], "--table", FERRYMAN_API_KEY=key)
+        assert table.returncode == 0, table.stderr
+        assert "provider sim paused since" in table.stdout
+        overview = live_server.cli("status", "--json")
+        state = json.loads(overview.stdout)
+        assert state["paused"] == ["provider:sim"]
+        sim = state["paused_providers"]["sim"]
+        assert (sim["automatic"], sim["reason"], sim["next_check_at"]) == (
+            False,
+            "key rotation",
+            None,
+        )
+    finally:
+        resumed = live_server.cli("resume", "--provider", "sim", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == {"paused": []}
+    again = live_server.cli("resume", "--provider", "sim")
+    assert again.returncode == 0
+    assert "provider:sim was not paused" in again.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
         (("pause", "intake"), "--reason"),  # a pause must say why
         (("pause", "everything", "--reason", "x"), "everything"),
         (("pause", "intake", "--reason", "  "), "--reason must say why"),
+        (("pause", "--reason", "x"), "name one thing"),
+        (("pause", "intake", "--provider", "sim", "--reason", "x"), "name one thing"),
+        (("resume",), "name one thing"),
+        (("resume", "--provider", " "), "--provider must be a provider's name"),
     ],
 )
 def test_pause_refuses_bad_arguments(

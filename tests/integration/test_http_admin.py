@@ -57,7 +57,8 @@ async def test_dead_letters_lists_dead_lettered_jobs_across_tenants(
 
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"data", "next_cursor"}
+    assert set(body) == {"data", "next_cursor", "undecodable_letters"}
+    assert body["undecodable_letters"] == 0
     listed = {job["job_id"]: job for job in body["data"]}
     assert set(listed) == {stuck_acme, stuck_globex}
     assert done not in listed
@@ -242,3 +243,142 @@ async def test_pause_resume_and_replay_leave_an_audit_record(
     older = (await clients.admin.get("/v1/admin/audit", params={"limit": 1, "before": 3})).json()
     assert [r["action"] for r in older["data"]] == ["resume"]
     assert (await clients.acme.get("/v1/admin/audit")).status_code == 403
+
+
+# --- dead letters no worker can read ---------------------------------------------------
+
+
+async def _undecodable(http_stack: HttpStack, *bodies: str) -> list[str]:
+    """Messages written by something other than ferryman (a bug, a newer version, an
+    operator), received once: each goes to the dead letters as undecodable."""
+
+    def insert(conn: Any) -> None:
+        for n, body in enumerate(bodies):
+            at = http_stack.clock.now() + n  # in this order
+            conn.execute(
+                "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at, receive_count) "
+                "VALUES (?, ?, 't1', ?, ?, 0)",
+                (f"raw_{n}", body, at, at),
+            )
+
+    await http_stack.db.write(insert)
+    http_stack.clock.advance(len(bodies))
+    assert await http_stack.queue.receive(max_messages=10, visibility_timeout_seconds=1) == []
+    page = await http_stack.queue.undecodable_letters(limit=10)
+    return [letter.dead_letter_id for letter in page]
+
+
+async def test_an_undecodable_dead_letter_is_counted_listed_shown_and_purged(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    [letter_id] = await _undecodable(http_stack, '{"not": "a job message"}')
+
+    jobs = (await clients.admin.get("/v1/admin/dead-letters")).json()
+    listed = (await clients.admin.get("/v1/admin/dead-letters/undecodable")).json()
+    shown = await clients.admin.get(f"/v1/admin/dead-letters/undecodable/{letter_id}")
+
+    # The dead-letter queue's depth and the lists agree: no job, one undecodable letter.
+    assert (jobs["data"], jobs["undecodable_letters"]) == ([], 1)
+    assert (await http_stack.queue.stats()).dead_letters == 1
+    [item] = listed["data"]
+    assert item["id"] == letter_id
+    assert item["body_preview"] == '{"not": "a job message"}'
+    assert (item["body_bytes"], item["receive_count"], item["truncated"]) == (24, 0, False)
+    assert listed["next_cursor"] is None
+    assert shown.status_code == 200
+    assert shown.json()["body"] == '{"not": "a job message"}'
+
+    purge = await clients.admin.post(
+        "/v1/admin/dead-letters/undecodable/purge",
+        json={"dead_letter_ids": [letter_id, "dl_unknown"], "reason": "written by a bug"},
+    )
+
+    assert purge.status_code == 200
+    assert purge.json() == {"purged": [letter_id], "not_found": ["dl_unknown"]}
+    assert (await http_stack.queue.stats()).dead_letters == 0
+    audit = (await clients.admin.get("/v1/admin/audit")).json()["data"][0]
+    assert (audit["action"], audit["target"], audit["reason"]) == (
+        "purge_dead_letter",
+        letter_id,
+        "written by a bug",
+    )
+    gone = await clients.admin.get(f"/v1/admin/dead-letters/undecodable/{letter_id}")
+    assert gone.status_code == 404
+
+
+async def test_undecodable_letters_page_in_the_order_they_were_dead_lettered(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    letter_ids = await _undecodable(http_stack, "first", "[2]", "x" * 500)
+
+    first = (await clients.admin.get("/v1/admin/dead-letters/undecodable?limit=2")).json()
+    rest = (
+        await clients.admin.get(
+            "/v1/admin/dead-letters/undecodable",
+            params={"limit": 2, "cursor": first["next_cursor"]},
+        )
+    ).json()
+
+    assert [i["id"] for i in first["data"] + rest["data"]] == letter_ids
+    assert rest["next_cursor"] is None
+    [long] = [i for i in first["data"] + rest["data"] if i["body_bytes"] == 500]
+    assert (len(long["body_preview"]), long["truncated"]) == (200, True)
+
+
+@pytest.mark.parametrize("cursor", ["nope", "W10", "WyJhIiwiYiJd", "!!"])
+async def test_a_cursor_the_list_never_gave_is_a_422(
+    clients: Clients, http_problem: ProblemCheck, cursor: str
+) -> None:
+    response = await clients.admin.get(
+        "/v1/admin/dead-letters/undecodable", params={"cursor": cursor}
+    )
+    http_problem(response, 422, "invalid_request")
+
+
+async def test_a_jobs_dead_letter_is_never_purged_as_undecodable(
+    clients: Clients, http_stack: HttpStack
+) -> None:
+    """A job's letter is the sweeper's: it fails the job first. Here it is not found."""
+    job_id = await submit(clients.acme)
+    for _ in range(11):  # past max_receives, no outcome: the queue dead-letters it
+        await http_stack.queue.receive(max_messages=10, visibility_timeout_seconds=1.0)
+        http_stack.clock.advance(2.0)
+    [letter] = await http_stack.queue.receive_dead_letters(max_messages=10)
+    assert letter.message.job_id == job_id
+
+    purge = await clients.admin.post(
+        "/v1/admin/dead-letters/undecodable/purge",
+        json={"dead_letter_ids": [letter.dead_letter_id], "reason": "oops"},
+    )
+    shown = await clients.admin.get(f"/v1/admin/dead-letters/undecodable/{letter.dead_letter_id}")
+
+    assert purge.json() == {"purged": [], "not_found": [letter.dead_letter_id]}
+    assert shown.status_code == 404
+    assert len(await http_stack.queue.receive_dead_letters(max_messages=10)) == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/admin/dead-letters/undecodable"),
+        ("GET", "/v1/admin/dead-letters/undecodable/dl_x"),
+        ("POST", "/v1/admin/dead-letters/undecodable/purge"),
+    ],
+)
+async def test_undecodable_letters_are_for_admin_keys_only(
+    clients: Clients, http_problem: ProblemCheck, method: str, path: str
+) -> None:
+    body = {"dead_letter_ids": ["dl_x"], "reason": "r"} if method == "POST" else None
+    response = await clients.acme.request(method, path, json=body)
+    http_problem(response, 403, "forbidden")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"dead_letter_ids": [], "reason": "r"}, {"dead_letter_ids": ["a"]}, {"x": 1}],
+)
+async def test_purge_validates_its_body(
+    clients: Clients, http_problem: ProblemCheck, body: dict[str, Any]
+) -> None:
+    response = await clients.admin.post("/v1/admin/dead-letters/undecodable/purge", json=body)
+    http_problem(response, 422, "invalid_request")

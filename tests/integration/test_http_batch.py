@@ -1,5 +1,5 @@
 """POST /v1/generations/batch: per-item outcomes, idempotency per item, limits, one
-transaction for the whole batch."""
+transaction per slice of the batch (services/intake.py's BATCH_SLICE_JOBS)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from ferryman.adapters.sqlite import messages
 from ferryman.core.errors import IdempotencyKeyMismatchError
-from ferryman.services.intake import TenantQuotas
+from ferryman.services.intake import BATCH_SLICE_JOBS, TenantQuotas
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -292,10 +292,12 @@ async def test_a_batch_is_counted_by_its_items(
     first = await client.post(BATCH, json={"jobs": [job(str(i)) for i in range(4)]})
     assert first.status_code == 200
     assert first.headers["RateLimit"] == '"submit";r=6;t=4'
-    # Six left: a batch of seven waits (its Retry-After says for how long).
+    # Six left: a batch of seven waits (its Retry-After says for how long), and keeps
+    # the token its bytes cost before they were parsed.
     refused = await client.post(BATCH, json={"jobs": [job(str(i)) for i in range(7)]})
     http_problem(refused, 429, "rate_limited")
-    assert int(refused.headers["Retry-After"]) == 1
+    assert int(refused.headers["Retry-After"]) == 2
+    assert refused.headers["RateLimit"] == '"submit";r=0;t=2'
     assert len(await stored(http_stack)) == 4
     # A batch over the whole burst still passes once the bucket is full, and leaves it
     # in debt, so the next submission waits.
@@ -323,7 +325,7 @@ async def test_quotas_apply_per_item(
     assert len(await stored(http_stack)) == 3
 
 
-async def test_the_batch_is_one_transaction(
+async def test_a_batch_within_one_slice_is_one_transaction(
     http_client: httpx.AsyncClient,
     http_stack: HttpStack,
     http_problem: ProblemCheck,
@@ -353,3 +355,51 @@ async def test_the_batch_is_one_transaction(
     retried = await http_client.post(BATCH, json={"jobs": [job(str(i)) for i in range(5)]})
     assert retried.status_code == 200
     assert len(await stored(http_stack)) == 5
+
+
+async def test_an_idempotency_key_header_is_400_naming_the_per_item_key(
+    http_client: httpx.AsyncClient, http_stack: HttpStack, http_problem: ProblemCheck
+) -> None:
+    """A header would not make a retried batch one batch: refused, not ignored."""
+    response = await http_client.post(
+        BATCH, json={"jobs": [job("one")]}, headers={"Idempotency-Key": "batch-7"}
+    )
+
+    problem = http_problem(response, 400, "invalid_idempotency_key")
+    assert "idempotency_key" in problem["detail"]
+    assert await stored(http_stack) == []
+
+
+async def test_a_store_failure_after_a_stored_slice_answers_per_item_and_a_retry_converges(
+    http_client: httpx.AsyncClient, http_stack: HttpStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is stored a slice at a time: a fault in its second slice leaves the first
+    stored and says so; the same batch again (same keys) stores exactly the rest."""
+    real = messages.insert_message
+    written = 0
+
+    def failing(conn: sqlite3.Connection, *args: Any, **kwargs: Any) -> None:
+        nonlocal written
+        written += 1
+        if written == BATCH_SLICE_JOBS + 3:
+            raise sqlite3.OperationalError("disk I/O error")
+        real(conn, *args, **kwargs)
+
+    monkeypatch.setattr(messages, "insert_message", failing)
+    body = {"jobs": [job(str(i), idempotency_key=f"k{i}") for i in range(BATCH_SLICE_JOBS + 20)]}
+
+    response = await http_client.post(BATCH, json=body)
+
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert all(r["status"] == "QUEUED" for r in results[:BATCH_SLICE_JOBS])
+    for entry in results[BATCH_SLICE_JOBS:]:
+        check_item_problem(entry, 503, "store_unavailable")
+    assert len(await stored(http_stack)) == BATCH_SLICE_JOBS
+    monkeypatch.setattr(messages, "insert_message", real)
+    retried = (await http_client.post(BATCH, json=body)).json()["results"]
+    assert [r["replayed"] for r in retried] == [True] * BATCH_SLICE_JOBS + [False] * 20
+    assert [r["job_id"] for r in retried[:BATCH_SLICE_JOBS]] == [
+        r["job_id"] for r in results[:BATCH_SLICE_JOBS]
+    ]
+    assert len(await stored(http_stack)) == BATCH_SLICE_JOBS + 20

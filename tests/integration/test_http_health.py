@@ -92,6 +92,34 @@ async def test_readyz_is_503_while_writes_fail_though_reads_work(
     assert checks["queue"]["ok"] is True
 
 
+async def test_readyz_follows_the_store_back_as_soon_as_work_is_written_again(
+    http_stack: HttpStack,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    http_keys: HttpKeys,
+) -> None:
+    """A lock that cleared: ready again at the next write of work, not 10 s later.
+    The probe's own small write is not that proof (a nearly full disk takes it)."""
+
+    def refuse(conn: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    client = http_open_client(http_stack.app())
+    with pytest.raises(StoreUnavailableError):
+        await http_stack.db.write(refuse)
+    assert (await client.get("/readyz")).status_code == 503
+    assert (await client.get("/readyz")).status_code == 503  # its probe proved nothing
+
+    submitted = await client.post(
+        "/v1/generations",
+        json={"task": "generate", "input": {"prompt": "hi"}},
+        headers={"Authorization": f"Bearer {http_keys.acme}"},
+    )
+
+    assert submitted.status_code == 202
+    response = await client.get("/readyz")
+    assert response.status_code == 200, response.json()
+
+
 async def test_metrics_exposes_queue_and_job_series(
     http_client: httpx.AsyncClient,
     http_stack: HttpStack,
@@ -109,6 +137,7 @@ async def test_metrics_exposes_queue_and_job_series(
         "ferryman_jobs_accepted_total",
         "ferryman_queue_depth",
         "ferryman_dead_letter_queue_depth",
+        "ferryman_undecodable_dead_letters",
         "ferryman_in_flight",
         "ferryman_oldest_message_age_seconds",
     ):

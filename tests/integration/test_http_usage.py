@@ -45,6 +45,7 @@ async def test_a_tenant_gets_its_own_exact_usage_and_nobody_elses(
             "output_tokens": 15,
             "cost_usd": 0.0,
             "wasted_cost_usd": 0.0,
+            "unknown_usage_calls": 0,
         }
     ]
     assert mine["total"]["calls"] == 3
@@ -121,3 +122,21 @@ async def test_times_are_rfc3339_with_any_offset(http_client: httpx.AsyncClient)
         "2026-11-01T00:00:00.500000Z",
         "2026-11-02T00:00:00.000000Z",
     )
+
+
+async def test_times_the_api_cannot_write_back_are_422_not_500(
+    http_client: httpx.AsyncClient, http_problem: ProblemCheck
+) -> None:
+    for params in (
+        # The last microsecond of year 9999 is past what a float of epoch seconds holds.
+        {"from": "9999-12-31T23:59:59Z", "to": "9999-12-31T23:59:59.999999Z"},
+        # The first hour of year 1 at +01:00 is still year 0 in UTC.
+        {"from": "0001-01-01T00:30:00+01:00", "to": "0001-01-02T00:00:00Z"},
+        # Only an end: the default start, 30 days before it, would be before year 1.
+        {"to": "0001-01-02T00:00:00Z"},
+        {"from": "1969-12-31T23:59:59Z", "to": "1970-01-02T00:00:00Z"},
+    ):
+        problem = http_problem(
+            await http_client.get("/v1/usage", params=params), 422, "invalid_request"
+        )
+        assert problem["errors"][0]["loc"][0] == "query"

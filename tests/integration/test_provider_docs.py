@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ferryman.cli.doctor import check_settings
 from ferryman.config import ConfigurationError, load_settings
 from ferryman.core.job import JobStatus
 from ferryman.services.intake import SubmitRequest
@@ -155,3 +156,25 @@ async def test_the_documented_config_without_its_key_names_the_variable(
     with pytest.raises(ConfigurationError, match="LOCAL_LLM_KEY"):
         async with open_runtime(settings):
             pass
+
+
+def documented_block(name: str) -> str:
+    page = DOCS.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- tested-config: {name} -->\s*```toml\n(.*?)```", page, re.S)
+    assert found, f"docs/providers.md lost its tested {name} configuration"
+    return found.group(1)
+
+
+def test_the_documented_ollama_config_passes_every_doctor_rule(tmp_path, monkeypatch):
+    """The Ollama example gives its provider 120 s: the page must also give the attempt
+    and the lease the room doctor's rules ask for, and the provider's calls get it."""
+    path = tmp_path / "ferryman.toml"
+    path.write_text(documented_block("ollama"), encoding="utf-8")
+    monkeypatch.setenv("FERRYMAN_CONFIG", str(path))
+    for name in ("PROVIDER_TIMEOUT", "ATTEMPT_TIMEOUT", "LEASE", "VISIBILITY_TIMEOUT"):
+        monkeypatch.delenv(f"FERRYMAN_{name}_SECONDS", raising=False)
+    monkeypatch.delenv("FERRYMAN_HEARTBEAT_INTERVAL_SECONDS", raising=False)
+    settings = load_settings()
+    failed = [check for check in check_settings(settings) if not check.ok]
+    assert failed == []
+    assert settings.provider_timeout_for("ollama") == 120

@@ -12,7 +12,14 @@ import pytest
 from starlette.requests import Request
 
 from ferryman.core.errors import InvalidRequestError
-from ferryman.http.bodies import GenerationRequest, first_invalid_text, read_body, read_json
+from ferryman.http.batch_bodies import parse_batch
+from ferryman.http.bodies import (
+    JSON_DECODER,
+    GenerationRequest,
+    first_invalid_text,
+    json_text,
+    read_body,
+)
 
 
 def _reference(raw: bytes) -> tuple[str, Any]:
@@ -59,8 +66,8 @@ async def _ours(raw: bytes) -> tuple[str, Any]:
             return "not json", None
         if "valid text" in str(exc.errors[0]["msg"]):
             return "bad text", loc[1:]
-        return "ok", await read_json(_request(raw))
-    return "ok", await read_json(_request(raw))
+        return "ok", JSON_DECODER.decode(json_text(raw))
+    return "ok", JSON_DECODER.decode(json_text(raw))
 
 
 def _body(prompt_json: str) -> bytes:
@@ -94,3 +101,29 @@ BODIES = [
 @pytest.mark.parametrize("raw", BODIES)
 async def test_a_body_gets_what_json_loads_and_the_walk_give(raw: bytes) -> None:
     assert await _ours(raw) == _reference(raw)
+
+
+def _as_batch_item(raw: bytes) -> tuple[str, Any]:
+    """What the same body gets as the one job of a batch (read item by item)."""
+    try:
+        (item,) = parse_batch(b'{"jobs": [' + raw + b"]}", 1_000_000)
+    except InvalidRequestError as exc:
+        return ("not json" if exc.errors[0]["loc"] == ["body"] else "envelope"), None
+    if isinstance(item, InvalidRequestError) and "valid text" in str(item.errors[0]["msg"]):
+        return "bad text", item.errors[0]["loc"][3:]
+    return "ok", None
+
+
+# The bodies that can be one job of a batch as they are: UTF-8 JSON objects.
+BATCHABLE = [raw for raw in BODIES if raw.startswith(b"{") and raw[1:2] != b"\x00"]
+
+
+@pytest.mark.parametrize("raw", BATCHABLE)
+async def test_a_batch_job_gets_what_its_body_alone_gets(raw: bytes) -> None:
+    expected, where = _reference(raw)
+
+    got, at = _as_batch_item(raw)
+
+    assert got == expected
+    if expected == "bad text":
+        assert at == where

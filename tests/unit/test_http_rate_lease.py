@@ -150,3 +150,15 @@ async def test_a_cost_over_the_burst_passes_once_and_is_paid_back_before_more() 
 
     assert big is not None and big.allowed
     assert after is not None and not after.allowed
+
+
+async def test_a_cost_paid_in_two_steps_is_judged_whole() -> None:
+    budgets = LeasedBudgets(policy(1.0, 10), CountingBuckets())
+
+    first = await budgets.acquire(Budget.SUBMIT, "acme", 0.0, cost=4)
+    over_the_burst = await budgets.acquire(Budget.SUBMIT, "acme", 0.0, cost=996, paid=4)
+    after = await budgets.acquire(Budget.SUBMIT, "acme", 0.0, cost=3, paid=1)
+
+    assert first is not None and first.allowed
+    assert over_the_burst is not None and over_the_burst.allowed
+    assert after is not None and not after.allowed

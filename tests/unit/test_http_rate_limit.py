@@ -129,3 +129,33 @@ def test_a_batch_over_the_burst_waits_for_a_full_bucket_then_leaves_debt() -> No
 def test_a_cost_below_one_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="cost"):
         budgets().take(Budget.SUBMIT, "acme", 0.0, cost=0)
+
+
+def test_a_cost_paid_in_two_steps_is_judged_whole_and_the_first_step_stays_paid() -> None:
+    limiter = budgets(rate=1.0, burst=10)
+
+    bytes_first = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=4)
+    rest = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=3, paid=4)  # 7 in all: fits
+    again = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=2)
+    refused = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=5, paid=2)  # 7 asked, 3 there
+
+    assert bytes_first is not None and bytes_first.remaining == 6
+    assert rest is not None and rest.allowed and rest.remaining == 3
+    assert again is not None and again.allowed and again.remaining == 1
+    assert refused is not None and not refused.allowed
+    # 7 needed whole, 3 there: 4 s; and the 2 it paid stay paid: 2 s more.
+    assert refused.retry_after_seconds == 6
+    assert limiter.take(Budget.SUBMIT, "acme", 0.0) is not None
+    assert limiter.take(Budget.SUBMIT, "acme", 0.0).remaining == 0  # type: ignore[union-attr]
+
+
+def test_a_whole_cost_over_the_burst_passes_when_the_bucket_was_full_before_its_first_step() -> (
+    None
+):
+    limiter = budgets(rate=1.0, burst=10)
+
+    first = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=4)
+    rest = limiter.take(Budget.SUBMIT, "acme", 0.0, cost=996, paid=4)
+
+    assert first is not None and first.allowed
+    assert rest is not None and rest.allowed  # no livelock: it counts as one cost of 1,000

@@ -6,6 +6,11 @@ the thread takes all that are waiting (up to ``max_batch``), hands them to the
 engine's batch handler, and settles the callers' futures with one callback per
 event loop (one cross-thread wake-up per batch, not one per request). A caller
 cancelled before its batch starts is left out of it.
+
+A request submitted ``alone`` (a large one: a slice of a tenant's batch of jobs) is
+handled in a batch of its own, after the other requests that were waiting with it:
+the small requests of everyone else never wait for a large one they happened to be
+queued beside, only for the one already running.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class _Pending(Generic[Req]):
     request: Req
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    alone: bool = False
 
 
 class ClosedError(RuntimeError):
@@ -64,14 +70,15 @@ class BatchingThread(Generic[Req]):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, request: Req) -> asyncio.Future[Any]:
-        """Queue ``request`` for the next batch; the future belongs to the running loop."""
+    def submit(self, request: Req, *, alone: bool = False) -> asyncio.Future[Any]:
+        """Queue ``request`` for the next batch (``alone``: in a batch of its own, after
+        the others waiting with it); the future belongs to the running loop."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         with self._lock:
             if self._closed:
                 raise ClosedError("closed")
-            self._inbox.put(_Pending(request, future, loop))
+            self._inbox.put(_Pending(request, future, loop, alone))
         return future
 
     def close(self) -> None:
@@ -99,7 +106,12 @@ class BatchingThread(Generic[Req]):
                     stopping = True
                     break
                 batch.append(item)
-            self._run_batch(batch)
+            together = [item for item in batch if not item.alone]
+            if together:
+                self._run_batch(together)
+            for item in batch:
+                if item.alone:
+                    self._run_batch([item])
 
     def _run_batch(self, batch: list[_Pending[Req]]) -> None:
         # Reading cancelled() across threads can only be late; then the request runs.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -25,6 +25,10 @@ from ferryman.core.job import (
     JobError,
     JobStatus,
 )
+from ferryman.ports.store import JobPage, JobSummary
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class Row(Protocol):
@@ -70,17 +74,6 @@ def job_update_params(job: Job) -> dict[str, Any]:
     """The columns a change may move (the update's), keyed by ``job_id``: what a job is
     asked to do (its input, metadata, task, model) never changes after it is stored,
     so an update does not encode it again."""
-    error = (
-        None
-        if job.error is None
-        else dump_json(
-            {
-                "code": job.error.code,
-                "class": str(job.error.failure_class),
-                "message": job.error.message,
-            }
-        )
-    )
     return {
         "job_id": job.job_id,
         "status": str(job.status),
@@ -95,7 +88,7 @@ def job_update_params(job: Job) -> dict[str, Any]:
         "not_before": job.not_before,
         "cancel_requested": job.cancel_requested,
         "result_ref": job.result_ref,
-        "error": error,
+        "error": error_json(job.error),
         "updated_at": job.updated_at,
         "completed_at": job.completed_at,
         "revision": job.revision,
@@ -103,6 +96,24 @@ def job_update_params(job: Job) -> dict[str, Any]:
         "deliveries_without_outcome": job.deliveries_without_outcome,
         "fallback_level": job.fallback_level,
     }
+
+
+def error_json(error: JobError | None) -> str | None:
+    """A job's error as its column holds it."""
+    if error is None:
+        return None
+    return dump_json(
+        {"code": error.code, "class": str(error.failure_class), "message": error.message}
+    )
+
+
+def _error_from(text: str | None) -> JobError | None:
+    if text is None:
+        return None
+    data = json.loads(text)
+    return JobError(
+        code=data["code"], failure_class=FailureClass(data["class"]), message=data["message"]
+    )
 
 
 def _shared(text: str | None) -> str | None:
@@ -116,12 +127,6 @@ def job_from_row(row: Row) -> Job:
     Every such value was checked on the way in (a tenant id's pattern, a known task, a
     model of the catalog, the worker's own id); on CPython 3.11 an interned string is
     freed with its last job (3.12.0-3.12.4 kept them for the process's life)."""
-    error = None
-    if row["error"] is not None:
-        data = json.loads(row["error"])
-        error = JobError(
-            code=data["code"], failure_class=FailureClass(data["class"]), message=data["message"]
-        )
     return Job(
         tenant_id=sys.intern(row["tenant_id"]),
         job_id=row["job_id"],
@@ -147,7 +152,7 @@ def job_from_row(row: Row) -> Job:
         not_before=row["not_before"],
         cancel_requested=bool(row["cancel_requested"]),
         result_ref=row["result_ref"],
-        error=error,
+        error=_error_from(row["error"]),
         traceparent=row["traceparent"],
         completed_at=row["completed_at"],
         revision=row["revision"],
@@ -155,6 +160,46 @@ def job_from_row(row: Row) -> Job:
         deliveries_without_outcome=row["deliveries_without_outcome"],
         fallback_level=row["fallback_level"],
     )
+
+
+def summary_from_row(row: Row) -> JobSummary:
+    """A list's row as the job's summary: only the columns a summary holds are read
+    (the engines' list queries select no others, ``input`` least of all)."""
+    return JobSummary(
+        tenant_id=sys.intern(row["tenant_id"]),
+        job_id=row["job_id"],
+        status=JobStatus(row["status"]),
+        task=sys.intern(row["task"]),
+        model=sys.intern(row["model"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        completed_at=row["completed_at"],
+        attempt_count=row["attempt_count"],
+        correlation_id=row["correlation_id"],
+        metadata=None if row["metadata"] is None else load_json(row["metadata"]),
+        error=_error_from(row["error"]),
+        cancel_requested=bool(row["cancel_requested"]),
+        attempt_id=row["attempt_id"],
+        result_ref=row["result_ref"],
+    )
+
+
+# A list without a byte budget: more than any page weighs (bound as a 64-bit integer).
+UNLIMITED_BYTES = 2**62
+
+
+def summary_page(rows: Sequence[Row], *, limit: int, max_bytes: int) -> JobPage:
+    """A page of a list query's rows, newest first: at most ``limit`` jobs, and none after
+    the one whose running ``through_bytes`` passes ``max_bytes`` (always at least one).
+    The query returns one row more than the page when more match."""
+    jobs: list[JobSummary] = []
+    listed = 0
+    for row in rows:
+        if len(jobs) == limit or (jobs and row["through_bytes"] > max_bytes):
+            return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id, listed_bytes=listed)
+        jobs.append(summary_from_row(row))
+        listed = row["through_bytes"]
+    return JobPage(jobs=jobs, next_cursor=None, listed_bytes=listed)
 
 
 def report_params(report: AttemptReport) -> dict[str, Any]:

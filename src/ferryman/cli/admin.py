@@ -38,9 +38,9 @@ from ferryman.services.access import MAX_KEY_LIFETIME_SECONDS, key_state
 
 if TYPE_CHECKING:
     from ferryman.config import Settings
-    from ferryman.core.job import Job
     from ferryman.ports.keys import ApiKeyRecord, Revocation
-    from ferryman.ports.store import JobPage
+    from ferryman.ports.queue import UndecodableLetter
+    from ferryman.ports.store import JobPage, JobSummary
     from ferryman.services.access import IssuedKey
     from ferryman.services.operations import ReplayReport
     from ferryman.services.retention import PurgeReport
@@ -213,28 +213,64 @@ def list_dead_letters(
     cursor: Annotated[str | None, typer.Option(help="The next_cursor of a previous page.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Jobs failed because their message was dead-lettered, across tenants, newest first."""
+    """Jobs failed because their message was dead-lettered, across tenants, newest first;
+    then the dead letters no worker can read (their body names no job), if any."""
+    from ferryman.cli.dead_letters import SHOWN_IN_LIST, letters_table
     from ferryman.http.views import admin_job_body
 
-    page = run(_dead_letters(settings(), limit, cursor))
+    page, undecodable = run(_dead_letters(settings(), limit, cursor))
     if as_json:
         data = [admin_job_body(job) for job in page.jobs]
-        print_json({"data": data, "next_cursor": page.next_cursor})
+        print_json(
+            {
+                "data": data,
+                "next_cursor": page.next_cursor,
+                "undecodable_letters": undecodable.count,
+            }
+        )
         return
     if not page.jobs:
         err_console.print("No dead-lettered jobs.")
-        return
-    print_table(_table(page.jobs))
-    if page.next_cursor:
-        err_console.print(f"More: ferryman dlq list --cursor {page.next_cursor}", highlight=False)
+    else:
+        print_table(_table(page.jobs))
+        if page.next_cursor:
+            err_console.print(
+                f"More: ferryman dlq list --cursor {page.next_cursor}", highlight=False
+            )
+    if undecodable.count:
+        print_table(letters_table(undecodable.first))
+        more = (
+            " (ferryman dlq undecodable lists them all)"
+            if undecodable.count > SHOWN_IN_LIST
+            else ""
+        )
+        err_console.print(
+            f"{undecodable.count} dead letters no worker can read: they name no job{more}. "
+            "ferryman dlq show ID prints one; ferryman dlq purge ID --reason ... removes it.",
+            highlight=False,
+        )
 
 
-async def _dead_letters(s: Settings, limit: int, cursor: str | None) -> JobPage:
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    count: int
+    first: list[UndecodableLetter]
+
+
+async def _dead_letters(
+    s: Settings, limit: int, cursor: str | None
+) -> tuple[JobPage, _Undecodable]:
+    from ferryman.cli.dead_letters import SHOWN_IN_LIST
+
     async with existing_database(s) as runtime:
-        return await runtime.operations.dead_letters(limit, cursor)
+        operations = runtime.operations
+        page = await operations.dead_letters(limit, cursor)
+        count = (await operations.queue_stats()).undecodable_letters
+        first = (await operations.undecodable_letters(SHOWN_IN_LIST)).letters if count else []
+        return page, _Undecodable(count=count, first=first)
 
 
-def _table(jobs: list[Job]) -> Table:
+def _table(jobs: list[JobSummary]) -> Table:
     table = Table(title="dead-lettered jobs")
     for column in ("job_id", "tenant", "task", "attempts", "failed at"):
         table.add_column(column, no_wrap=True)

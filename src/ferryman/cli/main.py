@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 
 from ferryman import __version__
-from ferryman.cli import admin, control, models, remote
+from ferryman.cli import admin, control, dead_letters, models, remote
 from ferryman.cli.common import (
     EXIT_FAILED,
     err_console,
@@ -259,6 +259,9 @@ keys_app.command("list")(needs_server(admin.list_keys))
 keys_app.command("revoke")(needs_server(admin.revoke_key))
 dlq_app.command("list")(needs_server(admin.list_dead_letters))
 dlq_app.command("replay")(needs_server(admin.replay_dead_letters))
+dlq_app.command("undecodable")(needs_server(dead_letters.list_undecodable))
+dlq_app.command("show")(needs_server(dead_letters.show_letter))
+dlq_app.command("purge")(needs_server(dead_letters.purge_letters))
 app.command()(needs_server(admin.purge))
 app.command()(needs_server(models.models))
 

@@ -251,7 +251,7 @@ def submit(
 def _wait(client: Client, job_id: str, timeout_seconds: float) -> int:
     try:
         with _WaitProgress() as progress:
-            job = client.wait(job_id, timeout_seconds=timeout_seconds, on_poll=progress.polled)
+            job = client.wait(job_id, timeout=timeout_seconds, on_poll=progress.polled)
     except WaitTimeoutError as exc:
         print_json(exc.job.api_json)
         fail(exc.message, EXIT_WAIT_TIMEOUT)

@@ -76,6 +76,8 @@ def connection_limits(runtime: Runtime) -> ConnectionLimits:
         header_timeout_seconds=s.header_timeout_seconds,
         keepalive_timeout_seconds=s.keepalive_timeout_seconds,
         max_connections=s.max_connections,
+        max_slow_heads=s.max_slow_heads,
+        max_slow_heads_per_client=s.max_slow_heads_per_client,
     )
 
 

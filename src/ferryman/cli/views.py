@@ -40,6 +40,19 @@ def _error_text(job: Job) -> str:
     return f"{job.error.failure_class} {job.error.code}: {job.error.message}"
 
 
+def _waiting_text(job: Job) -> str:
+    wait = job.waiting
+    if wait is None:
+        return "-"
+    if not wait.automatic:
+        how = "by an operator"
+    elif wait.next_check_at is None:
+        how = "automatically; an operator resumes it"
+    else:
+        how = f"automatically; next check {instant(wait.next_check_at)}"
+    return f"provider {wait.provider} paused since {instant(wait.since)} ({how})"
+
+
 def job_table(job: Job) -> Table:
     """One job, a field per row."""
     table = Table(show_header=False, title=f"job {job.job_id}")
@@ -58,6 +71,7 @@ def job_table(job: Job) -> Table:
         ("cancel requested", "yes" if job.cancel_requested else "no"),
         ("metadata", Text(compact(job.metadata))),
         ("error", Text(_error_text(job))),
+        ("waiting for", Text(_waiting_text(job))),
         ("result", Text(compact(job.result))),
     ]
     for name, value in rows:

@@ -1,8 +1,9 @@
 """The Python client of the ferryman HTTP API: ``Client`` (sync) and ``AsyncClient``.
 
-Both have the same methods (submit, get, list, iter_jobs, events, cancel, wait,
-result) and return typed models (``ferryman.client.models``). Importing this package
-never imports the server: it needs only httpx and pydantic.
+Both have the same methods (submit, submit_many, get, list, iter_jobs, events, cancel,
+wait, wait_many, as_completed, result) and return typed models
+(``ferryman.client.models``). Importing this package never imports the server: it
+needs only httpx and pydantic.
 """
 
 from __future__ import annotations

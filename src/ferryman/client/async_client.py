@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import httpx
 
 from ferryman.client import calls
+from ferryman.client.calls import DEFAULT_TIMEOUT, WaitDefault
 from ferryman.client.cookies import skip_cookieless_responses
 from ferryman.client.http11 import Http11Transport, proxied
 from ferryman.client.pool import ShardedTransport
@@ -180,15 +181,19 @@ class AsyncClient:
         self,
         job_id: str,
         *,
-        timeout_seconds: float = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        timeout: float | WaitDefault | None = DEFAULT_TIMEOUT,
         initial_interval: float = 0.2,
         max_interval: float = 5,
         on_poll: Callable[[Job], None] | None = None,
+        timeout_seconds: float | WaitDefault | None = DEFAULT_TIMEOUT,
     ) -> Job:
-        """Poll until the job is finished; WaitTimeoutError after ``timeout_seconds``.
-        ``on_poll`` sees the job after every poll (to show progress)."""
+        """Poll until the job is finished, backing off from ``initial_interval`` to
+        ``max_interval`` seconds between polls; WaitTimeoutError (a TimeoutError) after
+        ``timeout`` seconds (300 unless given; None: no limit). ``timeout_seconds`` is
+        its old name, kept for compatibility. ``on_poll`` sees the job after every poll
+        (to show progress)."""
         poll = calls.Poll(
-            timeout_seconds=timeout_seconds,
+            timeout_seconds=calls.wait_limit(timeout, timeout_seconds),
             initial_interval=initial_interval,
             max_interval=max_interval,
         )
@@ -201,24 +206,93 @@ class AsyncClient:
                 return job
             await _sleep(delay)
 
+    async def wait_many(
+        self,
+        job_ids: Iterable[str],
+        *,
+        timeout: float | None = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        initial_interval: float = 0.2,
+        max_interval: float = 5,
+    ) -> dict[str, Job]:
+        """Wait until every job is finished; the jobs by id, in the order first given
+        (a job named twice is there once; no ids: an empty dict at once). Polls as
+        ``as_completed`` does. WaitTimeoutError after ``timeout`` seconds (None: no
+        limit), with ``unfinished`` and the ``finished`` jobs so far."""
+        ids = list(job_ids)
+        finished = {
+            job.job_id: job
+            async for job in self.as_completed(
+                ids, timeout=timeout, initial_interval=initial_interval, max_interval=max_interval
+            )
+        }
+        return {job_id: finished[job_id] for job_id in dict.fromkeys(ids)}
+
+    async def as_completed(
+        self,
+        job_ids: Iterable[str],
+        *,
+        timeout: float | None = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        initial_interval: float = 0.2,
+        max_interval: float = 5,
+    ) -> AsyncIterator[Job]:
+        """Each job as it finishes, as ``concurrent.futures.as_completed`` yields
+        futures: jobs that finish between two polls come in the order given, a job
+        named twice comes once. One list request polls up to 100 unfinished jobs (more
+        take one request per 100), backing off between rounds as ``wait`` does; a
+        finished job comes with its result in that answer, and is read by itself only
+        when the list could not serve its result (GET raises why, as ``get`` would), as
+        is a job the list does not show (a 404 ClientError: unknown, or another
+        tenant's). WaitTimeoutError (a TimeoutError) ``timeout`` seconds after the
+        iteration began, naming how many are unfinished (None: no limit)."""
+        watch = calls.Watch(
+            job_ids,
+            timeout_seconds=timeout,
+            initial_interval=initial_interval,
+            max_interval=max_interval,
+        )
+        while watch.waiting:
+            for first in watch.polls():
+                call: calls.Call[Page[Job]] | None = first
+                while call is not None:
+                    call = watch.listed(call, await self._run(call))
+            for job_id in watch.to_get():
+                watch.got(await self.get(job_id))
+            for job in watch.finished():
+                yield job
+            if watch.waiting:
+                await _sleep(watch.next_wait())
+
     @overload
     async def result(
-        self, job_id: str, *, timeout_seconds: float = ..., output_type: type[T]
+        self,
+        job_id: str,
+        *,
+        timeout: float | WaitDefault | None = ...,
+        output_type: type[T],
+        timeout_seconds: float | WaitDefault | None = ...,
     ) -> T: ...
     @overload
     async def result(
-        self, job_id: str, *, timeout_seconds: float = ..., output_type: None = None
+        self,
+        job_id: str,
+        *,
+        timeout: float | WaitDefault | None = ...,
+        output_type: None = None,
+        timeout_seconds: float | WaitDefault | None = ...,
     ) -> Any: ...
     async def result(
         self,
         job_id: str,
         *,
-        timeout_seconds: float = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        timeout: float | WaitDefault | None = DEFAULT_TIMEOUT,
         output_type: Any = None,
+        timeout_seconds: float | WaitDefault | None = DEFAULT_TIMEOUT,
     ) -> Any:
-        """Wait for the job and return its output (validated as ``output_type`` if
-        given); JobFailedError (with ``failure_class``) or JobCancelledError otherwise."""
-        return calls.outcome(await self.wait(job_id, timeout_seconds=timeout_seconds), output_type)
+        """Wait for the job (as ``wait``, with its ``timeout``) and return its output
+        (validated as ``output_type`` if given); JobFailedError (with ``failure_class``)
+        or JobCancelledError otherwise."""
+        job = await self.wait(job_id, timeout=timeout, timeout_seconds=timeout_seconds)
+        return calls.outcome(job, output_type)
 
     # --- transport ----------------------------------------------------------------
 

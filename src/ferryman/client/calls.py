@@ -7,6 +7,8 @@ when a wait ends, what ``result`` raises) is here, once.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ from ferryman.client.models import (
 from ferryman.client.retrying import _monotonic
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     import httpx
 
@@ -41,6 +43,34 @@ T = TypeVar("T")
 DEFAULT_WAIT_TIMEOUT_SECONDS = 300.0
 # The most jobs the API takes in one batch request; submit_many sends more in several.
 MAX_BATCH_ITEMS = 1000
+# The most jobs one list request may name: a wait for more polls them in several.
+MAX_JOB_IDS_PER_POLL = 100
+
+
+class WaitDefault(enum.Enum):
+    """A wait's ``timeout`` left out: DEFAULT_WAIT_TIMEOUT_SECONDS. (None is a value of
+    its own, as in ``concurrent.futures``: no time limit.)"""
+
+    TIMEOUT = DEFAULT_WAIT_TIMEOUT_SECONDS
+
+    def __repr__(self) -> str:
+        return f"<{DEFAULT_WAIT_TIMEOUT_SECONDS:g} s>"
+
+
+DEFAULT_TIMEOUT = WaitDefault.TIMEOUT
+
+
+def wait_limit(
+    timeout: float | WaitDefault | None, timeout_seconds: float | WaitDefault | None
+) -> float | None:
+    """How long a wait may take, in seconds (None: no limit). ``timeout`` is the name
+    ``concurrent.futures`` and httpx use; ``timeout_seconds`` is its old name, kept for
+    compatibility. Both at once is a TypeError."""
+    if timeout_seconds is DEFAULT_TIMEOUT:
+        return DEFAULT_WAIT_TIMEOUT_SECONDS if timeout is DEFAULT_TIMEOUT else timeout
+    if timeout is not DEFAULT_TIMEOUT:
+        raise TypeError("give timeout or timeout_seconds (its old name), not both")
+    return timeout_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +248,14 @@ def list_jobs(
     task: str | None,
     limit: int | None,
     cursor: str | None,
+    job_ids: Sequence[str] | None = None,
 ) -> Call[Page[Job]]:
     query = {"status": status, "task": task, "limit": limit, "cursor": cursor}
-    params = {name: str(value) for name, value in query.items() if value is not None}
+    params: dict[str, Any] = {
+        name: str(value) for name, value in query.items() if value is not None
+    }
+    if job_ids is not None:
+        params["job_id"] = list(job_ids)  # repeated: job_id=a&job_id=b
     return Call("GET", "/v1/generations", _read_page, params=params)
 
 
@@ -231,13 +266,14 @@ def _segment(job_id: str) -> str:
 
 
 class Poll:
-    """When a wait for a job polls next, and when it ends."""
+    """When a wait polls next, and when it ends: intervals grow by half each time, up to
+    ``max_interval``, and never past the deadline (None: no deadline)."""
 
     def __init__(
-        self, *, timeout_seconds: float, initial_interval: float, max_interval: float
+        self, *, timeout_seconds: float | None, initial_interval: float, max_interval: float
     ) -> None:
-        self._timeout = timeout_seconds
-        self._deadline = _monotonic() + timeout_seconds
+        self.timeout_seconds = timeout_seconds
+        self._deadline = None if timeout_seconds is None else _monotonic() + timeout_seconds
         self._interval = initial_interval
         self._max_interval = max_interval
 
@@ -246,12 +282,114 @@ class Poll:
         Raises WaitTimeoutError when the time is up."""
         if job.terminal:
             return None
-        remaining = self._deadline - _monotonic()
-        if remaining <= 0:
-            raise WaitTimeoutError(job, self._timeout)
-        wait = min(self._interval, remaining)
+        delay = self.next_delay()
+        if delay is None:
+            raise WaitTimeoutError(job, self.timeout_seconds or 0.0)
+        return delay
+
+    def next_delay(self) -> float | None:
+        """The wait before the next poll; None once the time is up."""
+        wait = self._interval
+        if self._deadline is not None:
+            remaining = self._deadline - _monotonic()
+            if remaining <= 0:
+                return None
+            wait = min(wait, remaining)
         self._interval = min(self._max_interval, self._interval * 1.5)
         return wait
+
+
+class Watch:
+    """A wait for many jobs at once, without a request per job: each round lists the
+    unfinished ones by id, MAX_JOB_IDS_PER_POLL to a request (following a page cut
+    short by the server's byte budget), and a finished job comes with its result in
+    the same answer. Only a job the list does not show (unknown, or gone) or whose
+    result it could not serve is read by itself, with GET, which raises what ``get``
+    would. The clients send the requests and sleep; this decides the rest.
+
+    Each job is waited for once, however often it is named, in the order first given."""
+
+    def __init__(
+        self,
+        job_ids: Iterable[str],
+        *,
+        timeout_seconds: float | None,
+        initial_interval: float,
+        max_interval: float,
+    ) -> None:
+        # Unfinished jobs, in the order given, each as last seen (None: not yet).
+        self._unfinished: dict[str, Job | None] = dict.fromkeys(job_ids)
+        self._finished: dict[str, Job] = {}
+        self._listed: set[str] = set()
+        self._poll = Poll(
+            timeout_seconds=timeout_seconds,
+            initial_interval=initial_interval,
+            max_interval=max_interval,
+        )
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a job is still unfinished."""
+        return bool(self._unfinished)
+
+    def polls(self) -> list[Call[Page[Job]]]:
+        """This round's list requests, one per MAX_JOB_IDS_PER_POLL unfinished jobs."""
+        self._listed = set()
+        ids = list(self._unfinished)
+        return [
+            list_jobs(status=None, task=None, limit=len(chunk), cursor=None, job_ids=chunk)
+            for chunk in (
+                ids[i : i + MAX_JOB_IDS_PER_POLL] for i in range(0, len(ids), MAX_JOB_IDS_PER_POLL)
+            )
+        ]
+
+    def listed(self, call: Call[Page[Job]], page: Page[Job]) -> Call[Page[Job]] | None:
+        """Note what a list answered; the request for the rest of its jobs when the
+        page ended early (None when it did not)."""
+        for job in page.data:
+            if job.job_id in self._unfinished:
+                self._unfinished[job.job_id] = job
+                self._listed.add(job.job_id)
+        if page.next_cursor is None:
+            return None
+        return dataclasses.replace(call, params={**call.params, "cursor": page.next_cursor})
+
+    def to_get(self) -> list[str]:
+        """Jobs this round's lists did not settle: not shown, or finished with a result
+        the list could not serve. Read each with GET and pass it to ``got``."""
+        return [
+            job_id
+            for job_id, job in self._unfinished.items()
+            if job_id not in self._listed or (job is not None and job.result_error is not None)
+        ]
+
+    def got(self, job: Job) -> None:
+        if job.job_id in self._unfinished:
+            self._unfinished[job.job_id] = job
+            self._listed.add(job.job_id)
+
+    def finished(self) -> list[Job]:
+        """The jobs that finished since the last call, in the order given (no longer
+        polled)."""
+        done = [job for job in self._unfinished.values() if job is not None and job.terminal]
+        for job in done:
+            del self._unfinished[job.job_id]
+            self._finished[job.job_id] = job
+        return done
+
+    def next_wait(self) -> float:
+        """The wait before the next round. Raises WaitTimeoutError, naming the jobs
+        still unfinished (as last seen) and those that finished, once the time is up."""
+        delay = self._poll.next_delay()
+        if delay is None:
+            unfinished = [job for job in self._unfinished.values() if job is not None]
+            raise WaitTimeoutError(
+                unfinished[0],
+                self._poll.timeout_seconds or 0.0,
+                unfinished=unfinished,
+                finished=self._finished,
+            )
+        return delay
 
 
 def outcome(job: Job, output_type: Any = None) -> Any:

@@ -2,7 +2,8 @@
 
 ClientError                  the API refused the request (``status``, ``code``, ``problem``)
 ├── UnreachableError         no answer from the API at all (``url``)
-├── WaitTimeoutError         the job was not finished when the wait ran out (``job``)
+├── WaitTimeoutError         a wait ran out before its job(s) finished (``job``, ``unfinished``,
+│                            ``finished``); also a TimeoutError, as concurrent.futures raises
 ├── JobFailedError           the job ended FAILED (``job``, ``failure_class``, ``error_code``)
 └── JobCancelledError        the job ended CANCELLED (``job``)
 """
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ferryman.core.errors import FerrymanError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     import httpx
 
     from ferryman.client.models import Job
@@ -68,14 +71,33 @@ class UnreachableError(ClientError):
         self.reason = reason  # the network error: "ConnectError", "ReadTimeout", ...
 
 
-class WaitTimeoutError(ClientError):
-    """The job did not finish within the wait timeout."""
+class WaitTimeoutError(ClientError, TimeoutError):
+    """The wait ran out before the job (or jobs) finished."""
 
     code = "wait_timeout"
 
-    def __init__(self, job: Job, timeout_seconds: float) -> None:
-        super().__init__(f"job {job.job_id} still {job.status} after {timeout_seconds:g}s")
+    def __init__(
+        self,
+        job: Job,
+        timeout_seconds: float,
+        *,
+        unfinished: Sequence[Job] | None = None,
+        finished: Mapping[str, Job] | None = None,
+    ) -> None:
+        """``job``: the (first) unfinished job as last seen; for a wait on many jobs,
+        ``unfinished`` lists each unfinished one as last seen and ``finished`` holds the
+        jobs that had finished, by id."""
         self.job = job
+        self.unfinished: list[Job] = [job] if unfinished is None else list(unfinished)
+        self.finished: dict[str, Job] = dict(finished or {})
+        if unfinished is None:
+            message = f"job {job.job_id} still {job.status} after {timeout_seconds:g}s"
+        else:
+            total = len(self.unfinished) + len(self.finished)
+            message = (
+                f"{len(self.unfinished)} (of {total}) jobs unfinished after {timeout_seconds:g}s"
+            )
+        super().__init__(message)
 
 
 class JobFailedError(ClientError):

@@ -36,6 +36,7 @@ __all__ = [
     "JobFailure",
     "JobHistory",
     "JobStatus",
+    "JobWait",
     "Page",
     "ResultFailure",
     "SubmitItem",
@@ -79,6 +80,20 @@ class ResultFailure(ApiModel):
 
     code: str
     message: str = ""
+
+
+class JobWait(ApiModel):
+    """Why a queued job (or one waiting for its retry) is not run now: the provider
+    behind its model is paused (GET of one job only)."""
+
+    reason: str
+    provider: str
+    since: datetime | None = None
+    # True: paused by ferryman (the provider refused its credentials), resumed by itself
+    # once a check passes (next_check_at; None: an operator resumes it). False: by an
+    # operator.
+    automatic: bool = False
+    next_check_at: datetime | None = None
 
 
 class Submitted(ApiModel):
@@ -139,6 +154,7 @@ class Job(ApiModel):
     result_error: ResultFailure | None = None
     error: JobFailure | None = None
     cancel_requested: bool = False
+    waiting: JobWait | None = None
 
     @property
     def terminal(self) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import httpx
 
 from ferryman.client import calls
+from ferryman.client.calls import DEFAULT_TIMEOUT, WaitDefault
 from ferryman.client.cookies import skip_cookieless_responses
 from ferryman.client.http11 import proxied
 from ferryman.client.http11_sync import Http11SyncTransport
@@ -177,15 +178,19 @@ class Client:
         self,
         job_id: str,
         *,
-        timeout_seconds: float = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        timeout: float | WaitDefault | None = DEFAULT_TIMEOUT,
         initial_interval: float = 0.2,
         max_interval: float = 5,
         on_poll: Callable[[Job], None] | None = None,
+        timeout_seconds: float | WaitDefault | None = DEFAULT_TIMEOUT,
     ) -> Job:
-        """Poll until the job is finished; WaitTimeoutError after ``timeout_seconds``.
-        ``on_poll`` sees the job after every poll (to show progress)."""
+        """Poll until the job is finished, backing off from ``initial_interval`` to
+        ``max_interval`` seconds between polls; WaitTimeoutError (a TimeoutError) after
+        ``timeout`` seconds (300 unless given; None: no limit). ``timeout_seconds`` is
+        its old name, kept for compatibility. ``on_poll`` sees the job after every poll
+        (to show progress)."""
         poll = calls.Poll(
-            timeout_seconds=timeout_seconds,
+            timeout_seconds=calls.wait_limit(timeout, timeout_seconds),
             initial_interval=initial_interval,
             max_interval=max_interval,
         )
@@ -198,22 +203,92 @@ class Client:
                 return job
             _sleep(delay)
 
-    @overload
-    def result(self, job_id: str, *, timeout_seconds: float = ..., output_type: type[T]) -> T: ...
+    def wait_many(
+        self,
+        job_ids: Iterable[str],
+        *,
+        timeout: float | None = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        initial_interval: float = 0.2,
+        max_interval: float = 5,
+    ) -> dict[str, Job]:
+        """Wait until every job is finished; the jobs by id, in the order first given
+        (a job named twice is there once; no ids: an empty dict at once). Polls as
+        ``as_completed`` does. WaitTimeoutError after ``timeout`` seconds (None: no
+        limit), with ``unfinished`` and the ``finished`` jobs so far."""
+        ids = list(job_ids)
+        finished = {
+            job.job_id: job
+            for job in self.as_completed(
+                ids, timeout=timeout, initial_interval=initial_interval, max_interval=max_interval
+            )
+        }
+        return {job_id: finished[job_id] for job_id in dict.fromkeys(ids)}
+
+    def as_completed(
+        self,
+        job_ids: Iterable[str],
+        *,
+        timeout: float | None = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        initial_interval: float = 0.2,
+        max_interval: float = 5,
+    ) -> Iterator[Job]:
+        """Each job as it finishes, as ``concurrent.futures.as_completed`` yields
+        futures: jobs that finish between two polls come in the order given, a job
+        named twice comes once. One list request polls up to 100 unfinished jobs (more
+        take one request per 100), backing off between rounds as ``wait`` does; a
+        finished job comes with its result in that answer, and is read by itself only
+        when the list could not serve its result (GET raises why, as ``get`` would), as
+        is a job the list does not show (a 404 ClientError: unknown, or another
+        tenant's). WaitTimeoutError (a TimeoutError) ``timeout`` seconds after the
+        iteration began, naming how many are unfinished (None: no limit)."""
+        watch = calls.Watch(
+            job_ids,
+            timeout_seconds=timeout,
+            initial_interval=initial_interval,
+            max_interval=max_interval,
+        )
+        while watch.waiting:
+            for first in watch.polls():
+                call: calls.Call[Page[Job]] | None = first
+                while call is not None:
+                    call = watch.listed(call, self._run(call))
+            for job_id in watch.to_get():
+                watch.got(self.get(job_id))
+            yield from watch.finished()
+            if watch.waiting:
+                _sleep(watch.next_wait())
+
     @overload
     def result(
-        self, job_id: str, *, timeout_seconds: float = ..., output_type: None = None
+        self,
+        job_id: str,
+        *,
+        timeout: float | WaitDefault | None = ...,
+        output_type: type[T],
+        timeout_seconds: float | WaitDefault | None = ...,
+    ) -> T: ...
+    @overload
+    def result(
+        self,
+        job_id: str,
+        *,
+        timeout: float | WaitDefault | None = ...,
+        output_type: None = None,
+        timeout_seconds: float | WaitDefault | None = ...,
     ) -> Any: ...
     def result(
         self,
         job_id: str,
         *,
-        timeout_seconds: float = calls.DEFAULT_WAIT_TIMEOUT_SECONDS,
+        timeout: float | WaitDefault | None = DEFAULT_TIMEOUT,
         output_type: Any = None,
+        timeout_seconds: float | WaitDefault | None = DEFAULT_TIMEOUT,
     ) -> Any:
-        """Wait for the job and return its output (validated as ``output_type`` if
-        given); JobFailedError (with ``failure_class``) or JobCancelledError otherwise."""
-        return calls.outcome(self.wait(job_id, timeout_seconds=timeout_seconds), output_type)
+        """Wait for the job (as ``wait``, with its ``timeout``) and return its output
+        (validated as ``output_type`` if given); JobFailedError (with ``failure_class``)
+        or JobCancelledError otherwise."""
+        job = self.wait(job_id, timeout=timeout, timeout_seconds=timeout_seconds)
+        return calls.outcome(job, output_type)
 
     # --- transport ----------------------------------------------------------------
 

@@ -11,6 +11,12 @@ job as it now is (services/ledger.py), so a rule is always applied to current fa
 
 Every change advances ``revision`` by one and numbers its events after the job's
 ``event_seq``, so no engine needs a query to number them.
+
+A finished job's history ends with its terminal event, unless an operator replays it:
+a change to a job that was finished and stays finished carries no event (a late
+attempt's own ending is still written on its attempt row, so every call stays
+explained), and the changes that only record something about a job (a duplicate
+delivery, a re-sent message) are not made for a finished job at all.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ferryman.core import job as rules
-from ferryman.core.errors import FailureClass, StaleFenceError
+from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
 from ferryman.core.job import (
     DEAD_LETTERED_CODE,
+    PROVIDER_PAUSED,
     Attempt,
     AttemptOutcome,
     AttemptReport,
@@ -108,6 +115,8 @@ def _change(
 ) -> Change:
     revision = 0 if before is None else before.revision
     seq = 0 if before is None else before.event_seq
+    if events and before is not None and before.status.terminal and after.status.terminal:
+        raise IllegalTransitionError("a finished job's history ends with its terminal event")
     job_id = after.job_id
     # A list made, then frozen: cheaper than a generator for the one or two events.
     numbered = tuple(
@@ -165,10 +174,17 @@ def accept(job: Job, *, now: float, dispatched: bool) -> Change:
     return _change(None, after, now=now, events=events, enqueue=dispatched)
 
 
-def mark_dispatched(job: Job, *, now: float, redispatch: bool) -> Change:
+def mark_dispatched(
+    job: Job, *, now: float, redispatch: bool, enqueue: bool = False
+) -> Change | None:
     """The job's message was sent now: by the outbox path after intake or replay, or
     again by the sweeper (``redispatch``). updated_at moves, so the stalled scan waits
-    for the job to stall anew before offering it again."""
+    for the job to stall anew before offering it again. ``enqueue``: the message goes
+    with this change (engines that enqueue with the job), so a job that finished
+    meanwhile gets no message at all. None for a finished job: it needs no message,
+    and its history has ended."""
+    if job.status.terminal:
+        return None
     after = evolve(job, dispatch_state=DispatchState.DISPATCHED, updated_at=now)
     if redispatch:
         detail = {"status": str(job.status), "dispatch_state": str(job.dispatch_state)}
@@ -177,7 +193,7 @@ def mark_dispatched(job: Job, *, now: float, redispatch: bool) -> Change:
         events = [(EventKind.DISPATCHED, {})]
     else:
         events = []
-    return _change(job, after, now=now, events=events)
+    return _change(job, after, now=now, events=events, enqueue=enqueue)
 
 
 # --- the worker's claim -------------------------------------------------------------
@@ -328,20 +344,34 @@ def release(job: Job, *, attempt_id: str, now: float, report: AttemptReport) -> 
     return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, {})
 
 
+def wait_for_provider(
+    job: Job, *, attempt_id: str, now: float, error: JobError, report: AttemptReport
+) -> Change:
+    """The owner gives the job back to wait for its paused provider (core.job's rule):
+    one RELEASED saying so, with the refusal. A requested cancel wins."""
+    if _cancel_wins(job, attempt_id, now):
+        return _owner_cancelled(job, attempt_id, now, report)
+    after = rules.wait_for_provider(job, attempt_id=attempt_id, now=now, error=error)
+    detail = {"reason": PROVIDER_PAUSED, **_error_detail(error)}
+    return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, detail)
+
+
 def lease_lost(
     job: Job, attempt: Attempt | None, *, now: float, report: AttemptReport
 ) -> Change | None:
     """An attempt that lost its lease says so; the job itself is someone else's now.
 
     None when the attempt already ended with an outcome of its own (only a takeover's
-    ``abandoned`` is corrected), so the fact is recorded once."""
+    ``abandoned`` is corrected), so the fact is recorded once. On a job that has
+    finished meanwhile the attempt row still gets its account (what its call did and
+    cost), but no event follows the terminal one."""
     if attempt is None or attempt.outcome not in (None, AttemptOutcome.ABANDONED):
         return None
     attempt_id = attempt.attempt_id
     ending = AttemptEnding(
         attempt_id=attempt_id, ended_at=now, report=report, replaces_abandoned=True
     )
-    events = [(EventKind.LEASE_LOST, {"attempt_id": attempt_id})]
+    events = [] if job.status.terminal else [(EventKind.LEASE_LOST, {"attempt_id": attempt_id})]
     return _change(job, job, now=now, events=events, closed=[ending])
 
 
@@ -417,6 +447,9 @@ def replay(
     return _change(job, after, now=now, events=events, enqueue=dispatched)
 
 
-def note(job: Job, kind: EventKind, *, now: float, detail: dict[str, Any]) -> Change:
-    """An event about the job that changes nothing else (a duplicate delivery)."""
+def note(job: Job, kind: EventKind, *, now: float, detail: dict[str, Any]) -> Change | None:
+    """An event about the job that changes nothing else (a duplicate delivery). None
+    for a finished job: its history ends with its terminal event."""
+    if job.status.terminal:
+        return None
     return _change(job, job, now=now, events=[(kind, dict(detail))])

@@ -14,6 +14,7 @@
     │       └── StorageQuotaExceededError    too many stored jobs
     ├── JobNotFoundError                no such job for this tenant
     ├── ApiKeyNotFoundError             no such API key
+    ├── DeadLetterNotFoundError         no such undecodable dead letter
     ├── AlreadyTerminalError            cancel on a finished job
     ├── StateConflictError              a conditional write lost its condition
     │   ├── IllegalTransitionError      the job's status does not allow it
@@ -31,6 +32,7 @@
         ├── ProviderBadRequestError     INVALID_REQUEST
         │   └── ContextLengthExceededError  the input is too long for this model
         ├── ProviderUnauthorizedError   UNAUTHORIZED
+        │   └── AccountRefusedError     the account, not the key: no quota or credit left
         └── SafetyRejectedError         SAFETY_REJECTED
 
 Whether to retry is never decided here: core/retry.py decides it from the failure
@@ -145,6 +147,12 @@ class JobNotFoundError(FerrymanError):
 
 class ApiKeyNotFoundError(FerrymanError):
     """No such API key."""
+
+    code = "not_found"
+
+
+class DeadLetterNotFoundError(FerrymanError):
+    """No undecodable dead letter of that id."""
 
     code = "not_found"
 
@@ -273,6 +281,12 @@ class ProviderUnauthorizedError(ProviderError):
 
     failure_class = FailureClass.UNAUTHORIZED
     code = "unauthorized"
+
+
+class AccountRefusedError(ProviderUnauthorizedError):
+    """The provider refused our account: it has no quota or credit left."""
+
+    code = "account_refused"
 
 
 class SafetyRejectedError(ProviderError):

@@ -95,7 +95,8 @@ class Job:
     payload_version: int = PAYLOAD_VERSION
     status: JobStatus = JobStatus.QUEUED
     dispatch_state: DispatchState = DispatchState.PENDING
-    # Attempts started in the current series (reset by an operator's replay).
+    # Attempts started, across an operator's replays too: the number of the latest
+    # attempt, as the job's attempt list shows it (the budgets below are per series).
     attempt_count: int = 0
     # Attempts of the current series that ended in a retryable model failure,
     # and how many of those were INVALID_OUTPUT: the two retry budgets.
@@ -271,6 +272,24 @@ def release(job: Job, *, attempt_id: str, now: float) -> Job:
     )
 
 
+def wait_for_provider(job: Job, *, attempt_id: str, now: float, error: JobError) -> Job:
+    """The owner's call found the job's provider refusing our credentials, and the
+    provider is paused for every job: the job waits in the queue again, as that
+    provider's other jobs do, with the refusal as its error and its budgets untouched
+    (the failure is the deployment's, not the job's)."""
+    _require_owner(job, attempt_id, now)
+    return evolve(
+        job,
+        status=JobStatus.QUEUED,
+        error=error,
+        attempt_id=None,
+        worker_id=None,
+        lease_until=None,
+        not_before=None,
+        updated_at=now,
+    )
+
+
 def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
     _require_owner(job, attempt_id, now)
     return evolve(
@@ -378,6 +397,8 @@ def cancelled(job: Job, *, now: float) -> Job:
 
 
 DEAD_LETTERED_CODE = "dead_lettered"
+# Why a RELEASED event gave a job back: its provider refuses our credentials (paused).
+PROVIDER_PAUSED = "provider_paused"
 
 
 def is_dead_lettered(job: Job) -> bool:
@@ -406,7 +427,6 @@ def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
         status=JobStatus.QUEUED,
         # A replay needs a new message; until one is known to exist, the outbox owns it.
         dispatch_state=DispatchState.PENDING,
-        attempt_count=0,
         failure_count=0,
         invalid_output_count=0,
         deliveries_without_outcome=0,

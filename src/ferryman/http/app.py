@@ -28,7 +28,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.middleware import Middleware
 
 from ferryman.http.access_log import AccessLogMiddleware
-from ferryman.http.batch_bodies import BATCH_PATH
+from ferryman.http.batch_bodies import BATCH_PATH, DEFAULT_BATCH_TURNS, BatchParser
 from ferryman.http.body_limit import BodyLimitMiddleware
 from ferryman.http.error_map import install_error_handlers
 from ferryman.http.hot_path import SubmitHotPath
@@ -69,6 +69,8 @@ class AppDeps:
     max_batch_body_bytes: int = DEFAULT_MAX_BATCH_BODY_BYTES
     # How long a request body may take to arrive once its headers are in (408 after).
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    # Batches between reading their jobs and storing them at once (http/batch_bodies.py).
+    batch_turns: int = DEFAULT_BATCH_TURNS
     # Per-tenant budgets (http/rate_limit.py), requests per second with bursts;
     # a rate of 0 turns that budget off. Submissions and cancels spend the first,
     # reads the second.
@@ -134,6 +136,7 @@ def create_app(deps: AppDeps) -> FastAPI:
         if deps.shared_limits is None
         else LeasedBudgets(deps.budget_policies(), deps.shared_limits)
     )
+    app.state.batch_parser = BatchParser(at_once=deps.batch_turns)
     install_error_handlers(app)
     app.include_router(batch.router)
     app.include_router(jobs.router)

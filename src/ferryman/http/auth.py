@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 # Longer than any key we issue; refused before it is hashed.
 _MAX_TOKEN_CHARS = 512
+_RATE_LIMIT_HEADERS = frozenset({"RateLimit", "RateLimit-Policy"})
 
 
 # Declares the scheme in the OpenAPI document (so Swagger's Authorize button works) on
@@ -75,26 +76,35 @@ async def _identify(request: Request) -> Principal:
     return principal
 
 
-async def spend(request: Request, principal: Principal, *, cost: int) -> None:
+async def spend(request: Request, principal: Principal, *, cost: int, paid: int = 0) -> None:
     """Spend ``cost`` requests of the caller's budget; 429 when it is used up. Budgets
-    shared through the database (http/rate_lease.py) may have to ask it."""
+    shared through the database (http/rate_lease.py) may have to ask it. ``paid``:
+    what this request already spent (http/rate_limit.py), whose headers this replaces."""
     budgets: TenantBudgets | LeasedBudgets = request.app.state.budgets
     now = app_deps(request).clock.now()
-    quota = await budgets.acquire(Budget.for_method(request.method), principal.tenant_id, now, cost)
+    budget = Budget.for_method(request.method)
+    quota = await budgets.acquire(budget, principal.tenant_id, now, cost, paid)
     if quota is not None:
-        request_info(request).response_headers.extend(quota.headers())
+        headers = request_info(request).response_headers
+        if paid:
+            headers[:] = [(k, v) for k, v in headers if k not in _RATE_LIMIT_HEADERS]
+        headers.extend(quota.headers())
         if not quota.allowed:
             raise RateLimitedError(retry_after_seconds=quota.retry_after_seconds)
 
 
+# Query parameters that are lists, given once per value (``?job_id=a&job_id=b``).
+LIST_QUERY_PARAMETERS = frozenset({"job_id"})
+
+
 def refuse_repeated_query(request: Request) -> None:
-    """Every query parameter of this API takes one value: one given twice is refused
-    (422) rather than read as whichever came last."""
+    """Every other query parameter of this API takes one value: one given twice is
+    refused (422) rather than read as whichever came last."""
     if not request.scope.get("query_string"):
         return  # nothing to parse (a submit has no query)
     seen: set[str] = set()
     for name, _ in request.query_params.multi_items():
-        if name in seen:
+        if name in seen and name not in LIST_QUERY_PARAMETERS:
             msg = f"the query parameter {name!r} is given more than once"
             raise InvalidRequestError(msg, errors=[{"loc": ["query", name], "msg": msg}])
         seen.add(name)

@@ -89,6 +89,13 @@ class ReplayRequest(BaseModel):
     include_failed: bool = False
 
 
+class PurgeLettersRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dead_letter_ids: list[str] = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=500)
+
+
 class SwitchRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -216,28 +223,45 @@ async def _read_json(request: Request) -> Any:
     return data
 
 
-async def read_json(request: Request) -> Any:
-    """The body as JSON, its text not yet checked (a batch checks each item alone)."""
-    data, _ = await _parsed_body(request)
-    return data
+def refuse_non_json(request: Request) -> None:
+    """415 unless the Content-Type, when there is one, is JSON."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not _is_json(content_type):
+        raise UnsupportedMediaTypeError()
 
 
 async def _parsed_body(request: Request) -> tuple[Any, bool]:
     """The body as JSON, and whether its text alone shows that no string in it holds
     a lone surrogate or NUL (then ``first_invalid_text`` need not walk it)."""
-    content_type = request.headers.get("content-type")
-    if content_type is not None and not _is_json(content_type):
-        raise UnsupportedMediaTypeError()
-    raw = await request.body()
+    refuse_non_json(request)
+    text = json_text(await request.body())
     try:
-        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
-        data = _DECODER.decode(text)
+        data = JSON_DECODER.decode(text)
     except (ValueError, RecursionError):
-        # ValueError covers bad UTF-8 and NaN/Infinity as well as bad syntax.
-        msg = "the body is not valid JSON"
-        raise InvalidRequestError(msg, errors=[{"loc": ["body"], "msg": msg}]) from None
-    # Such a character reaches a parsed string only as itself or as a \u escape.
-    return data, "\\u" not in text and _INVALID_TEXT.search(text) is None
+        # ValueError covers NaN/Infinity as well as bad syntax.
+        raise not_json() from None
+    return data, not may_hold_invalid_text(text)
+
+
+def json_text(raw: bytes | bytearray) -> str:
+    """A body's bytes as the text JSON is read from (as json.loads reads bytes: its
+    encoding detected, lone surrogates kept for first_invalid_text to find)."""
+    try:
+        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except ValueError:  # bad UTF-8 (or UTF-16/32)
+        raise not_json() from None
+
+
+def not_json() -> InvalidRequestError:
+    msg = "the body is not valid JSON"
+    return InvalidRequestError(msg, errors=[{"loc": ["body"], "msg": msg}])
+
+
+def may_hold_invalid_text(text: str, start: int = 0, end: int | None = None) -> bool:
+    """Whether JSON ``text[start:end]`` may parse to a string with a lone surrogate or
+    NUL: such a character reaches a parsed string only as itself or as a \\u escape."""
+    end = len(text) if end is None else end
+    return text.find("\\u", start, end) >= 0 or _INVALID_TEXT.search(text, start, end) is not None
 
 
 def first_invalid_text(data: Any) -> tuple[list[str | int], str] | None:
@@ -292,7 +316,7 @@ def _finite_float(text: str) -> float:
 # What json.loads(raw, parse_constant=..., parse_float=...) does, the decoder made once:
 # json.loads builds a new one per call whenever a hook is given (about 4 us a submit).
 # The body is decoded as json.loads decodes bytes (detect_encoding, surrogatepass).
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def _field_errors(exc: ValidationError) -> list[dict[str, Any]]:

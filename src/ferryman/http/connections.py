@@ -15,7 +15,11 @@ head: half a header line holds a socket, and its memory, forever. Its
   ``header_timeout_seconds``, or the connection is closed;
 - a cap on open connections: a request on a connection past ``max_connections``
   gets 503 ``too_many_connections`` with Retry-After and Connection: close, except
-  ``/healthz``, so a busy process is not mistaken for a dead one;
+  ``/healthz``, so a busy process is not mistaken for a dead one. Connections still
+  waiting for a request head are not counted: they are bounded apart, per client
+  address and in all, and the oldest slow ones closed past those bounds
+  (http/slow_heads.py), so header-dripping sockets never refuse a request that has
+  its head;
 - ``keepalive_timeout_seconds`` with sub-second precision;
 - over llhttp, h11's 16 KiB bound on a request head (llhttp has none): a 400;
 - over llhttp, a response's head and the first write of its body leave in one send
@@ -36,6 +40,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ferryman.http.error_map import render_error
 from ferryman.http.errors import TooManyConnectionsError
+from ferryman.http.slow_heads import SLOW_AFTER_SECONDS, HeadWaits
 
 if TYPE_CHECKING:
     import asyncio
@@ -54,13 +59,22 @@ UNCAPPED_PATHS = frozenset({"/healthz"})
 class ConnectionLimits:
     header_timeout_seconds: float
     keepalive_timeout_seconds: float
+    # Connections that have sent a request head (served, or idle between requests).
     max_connections: int
+    # Connections whose head is slow (http/slow_heads.py), in all and per client address.
+    max_slow_heads: int = 256
+    max_slow_heads_per_client: int = 32
 
     def __post_init__(self) -> None:
         if self.header_timeout_seconds <= 0 or self.keepalive_timeout_seconds <= 0:
             raise ValueError("timeouts must be positive")
-        if self.max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
+        if min(self.max_connections, self.max_slow_heads, self.max_slow_heads_per_client) < 1:
+            raise ValueError("max_connections and the slow head caps must be at least 1")
+
+    @property
+    def slow_after_seconds(self) -> float:
+        """When a head counts as slow: SLOW_AFTER_SECONDS, within the header timeout."""
+        return min(SLOW_AFTER_SECONDS, self.header_timeout_seconds / 2)
 
 
 class _Limited:
@@ -69,6 +83,8 @@ class _Limited:
     ``cycle`` and the open connections in ``connections``."""
 
     limits: ConnectionLimits
+    # The server's connections waiting for a head (one per server, see protocol_with).
+    head_waits: HeadWaits
     if TYPE_CHECKING:  # what the uvicorn protocol this is mixed into provides
         app: Any
         cycle: Any
@@ -79,6 +95,8 @@ class _Limited:
         limit_concurrency: int | None
 
     _header_deadline: asyncio.TimerHandle | None
+    _slow_timer: asyncio.TimerHandle | None
+    _client_address: str
 
     def _apply_limits(self) -> None:
         self.timeout_keep_alive = self.limits.keepalive_timeout_seconds  # type: ignore[assignment]
@@ -86,6 +104,21 @@ class _Limited:
         self.limit_concurrency = None
         self.app = _CappedApp(self.app, self)
         self._header_deadline = None
+        self._slow_timer = None
+        self._client_address = ""
+
+    def _note_client(self, transport: asyncio.Transport) -> None:
+        peer = transport.get_extra_info("peername")
+        # A Unix socket's peer has no address: its clients are all one local client.
+        self._client_address = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+
+    @property
+    def client_address(self) -> str:
+        return self._client_address
+
+    def close_slow(self) -> None:
+        """Closed for a slow head past the caps (http/slow_heads.py)."""
+        self.transport.close()
 
     def _after_data(self) -> None:
         if self._handling_request():
@@ -94,7 +127,8 @@ class _Limited:
             self._arm_header_deadline()
 
     def over_capacity(self) -> bool:
-        return len(self.connections) > self.limits.max_connections
+        served = len(self.connections) - self.head_waits.waiting
+        return served > self.limits.max_connections
 
     def _handling_request(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
@@ -105,15 +139,28 @@ class _Limited:
             self._header_deadline = self.loop.call_later(
                 self.limits.header_timeout_seconds, self._header_deadline_passed
             )
+            self._slow_timer = self.loop.call_later(
+                self.limits.slow_after_seconds, self._head_is_slow
+            )
+            self.head_waits.started()
 
     def _disarm_header_deadline(self) -> None:
         if self._header_deadline is not None:
             self._header_deadline.cancel()
             self._header_deadline = None
+            if self._slow_timer is not None:
+                self._slow_timer.cancel()
+                self._slow_timer = None
+            self.head_waits.ended(self)
+
+    def _head_is_slow(self) -> None:
+        self._slow_timer = None
+        self.head_waits.slow(self)
 
     def _header_deadline_passed(self) -> None:
-        self._header_deadline = None
-        if not self._handling_request():
+        handling = self._handling_request()
+        self._disarm_header_deadline()
+        if not handling:
             # connection_lost tells the parser and uvicorn's bookkeeping.
             self.transport.close()
 
@@ -133,6 +180,7 @@ class LimitedH11Protocol(_Limited, H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._note_client(transport)
         self._arm_header_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -161,6 +209,7 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._note_client(transport)
         # Every write and close of this connection, the response cycles' and the
         # protocol's own (a 400, a shutdown, a keep-alive timeout), goes through the one
         # holding transport, so a held head is sent, in order, before anything after it
@@ -270,14 +319,17 @@ def protocol_with(
     """A protocol class for ``uvicorn.Config(http=...)`` that applies ``limits``, over
     llhttp (``httptools``, the fast one) or ``h11`` (pure Python)."""
     given = limits
+    waits = HeadWaits(limits.max_slow_heads, limits.max_slow_heads_per_client)
     if parser == "h11":
 
         class FerrymanH11Protocol(LimitedH11Protocol):
             limits = given
+            head_waits = waits
 
         return FerrymanH11Protocol
 
     class FerrymanHttpToolsProtocol(LimitedHttpToolsProtocol):
         limits = given
+        head_waits = waits
 
     return FerrymanHttpToolsProtocol

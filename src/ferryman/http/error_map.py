@@ -25,6 +25,7 @@ from ferryman.core.errors import (
     ApiKeyNotFoundError,
     AuthenticationError,
     BacklogQuotaExceededError,
+    DeadLetterNotFoundError,
     FerrymanError,
     ForbiddenError,
     IdempotencyKeyMismatchError,
@@ -73,6 +74,7 @@ STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
     RequestError: (400, "Bad request"),
     JobNotFoundError: (404, "Not found"),
     ApiKeyNotFoundError: (404, "Not found"),
+    DeadLetterNotFoundError: (404, "Not found"),
     AlreadyTerminalError: (409, "Job already finished"),
     StateConflictError: (409, "Conflict"),
     PausedError: (503, "Intake paused"),
@@ -148,9 +150,10 @@ def _problem(
     return body
 
 
-def problem_body(exc: RequestError) -> dict[str, Any]:
+def problem_body(exc: FerrymanError) -> dict[str, Any]:
     """The problem object a refused request gets, as a value: what one item of a batch
-    answers (inside a 200), the same status and code as if it were sent alone."""
+    answers (inside a 200), the same status and code as if it were sent alone (or, for
+    an item a failing store did not take, that failure's 503)."""
     status, title = status_for(exc) or (400, "Bad request")
     errors = exc.errors if isinstance(exc, InvalidRequestError) else None
     return _problem(status=status, title=title, code=exc.code, detail=exc.message, errors=errors)

@@ -60,20 +60,22 @@ class LeasedBudgets:
     _held: dict[tuple[Budget, str], _Held] = field(default_factory=dict, init=False)
 
     async def acquire(
-        self, budget: Budget, tenant_id: str, now: float, cost: int = 1
+        self, budget: Budget, tenant_id: str, now: float, cost: int = 1, paid: int = 0
     ) -> Quota | None:
         """Spend ``cost`` requests (1, or a batch's items) of ``tenant_id``'s ``budget``;
         None when it is unlimited. A cost over the burst passes once a burst's worth is
-        leased and leaves this process in debt, paid from its next leases."""
-        if cost < 1:
-            raise ValueError("cost must be at least 1")
+        leased and leaves this process in debt, paid from its next leases. ``paid``:
+        what this request already spent, judged together with ``cost`` (it counts
+        towards the burst's worth a large cost needs)."""
+        if cost < 1 or paid < 0:
+            raise ValueError("cost must be at least 1, paid at least 0")
         policy = self.policies.get(budget)
         if policy is None:
             return None
         held = self._held.get((budget, tenant_id))
         if held is None:
             held = self._held[(budget, tenant_id)] = _Held()
-        need = min(cost, policy.burst)
+        need = max(0, min(cost + paid, policy.burst) - paid)
         if held.tokens < need or now - held.leased_at > MAX_LEASE_AGE_SECONDS:
             # One lease at a time per bucket: concurrent requests share its batch.
             async with held.lock:

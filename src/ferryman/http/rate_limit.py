@@ -11,6 +11,9 @@ A request spends one token of its budget or is refused with 429 and Retry-After;
 request that carries several jobs (a batch) spends one token per job (``cost``), so a
 batch buys no more than the same jobs sent one by one. A cost over the burst is let
 through once the bucket is full and leaves it in debt, so the sustained rate holds.
+A request may pay in two steps (``paid``: a batch pays for its bytes before they are
+parsed, then for the rest of its jobs): the second step is judged as if the whole
+cost were asked at once, and when it is refused what was paid stays paid.
 
 Every authenticated response says where its budget stands, in the header fields of
 draft-ietf-httpapi-ratelimit-headers-11 (Structured Field lists):
@@ -97,24 +100,30 @@ class TenantBudgets:
             for budget, policy in self.policies.items()
         }
 
-    def take(self, budget: Budget, tenant_id: str, now: float, cost: int = 1) -> Quota | None:
+    def take(
+        self, budget: Budget, tenant_id: str, now: float, cost: int = 1, paid: int = 0
+    ) -> Quota | None:
         """Spend ``cost`` requests (1, or a batch's items) of ``tenant_id``'s ``budget``;
         None when it is unlimited. A cost over the burst passes once the bucket is full
-        and leaves it in debt (core.ratelimit), so a batch is never refused forever."""
-        if cost < 1:
-            raise ValueError("cost must be at least 1")
+        and leaves it in debt (core.ratelimit), so a batch is never refused forever.
+        ``paid``: what this request already spent, judged together with ``cost``."""
+        if cost < 1 or paid < 0:
+            raise ValueError("cost must be at least 1, paid at least 0")
         policy = self.policies.get(budget)
         if policy is None:
             return None
         bucket = self._limiters[budget].bucket(tenant_id)
-        wait_seconds = bucket.take(now, float(cost))
+        bucket.adjust(now, -paid)  # the whole request is judged: as if nothing were paid yet
+        wait_seconds = bucket.take(now, float(cost + paid))
         if wait_seconds > 0:
+            bucket.adjust(now, paid)  # refused: what it paid stays paid, and is waited for
+            wait_seconds += paid / policy.rate_per_second
             return Quota(policy, False, 0, max(1, math.ceil(wait_seconds)))
         return Quota(policy, True, bucket.remaining, math.ceil(bucket.seconds_until_full))
 
     async def acquire(
-        self, budget: Budget, tenant_id: str, now: float, cost: int = 1
+        self, budget: Budget, tenant_id: str, now: float, cost: int = 1, paid: int = 0
     ) -> Quota | None:
         """take(), as the API calls it: budgets shared through the database
         (http/rate_lease.py) may have to ask it, these never wait."""
-        return self.take(budget, tenant_id, now, cost)
+        return self.take(budget, tenant_id, now, cost, paid)

@@ -124,11 +124,31 @@ class JobSummary(_Body):
     cancel_requested: bool
 
 
+class JobWait(_Body):
+    """Why a queued job (or one waiting for its retry) is not run now."""
+
+    reason: Literal["provider_paused"]
+    provider: str = Field(description="The provider behind the job's model")
+    since: Timestamp
+    automatic: bool = Field(
+        description="true: ferryman paused it when the provider refused its credentials, "
+        "and resumes it by itself once a check passes (next_check_at; null: an operator "
+        "resumes it); false: an operator paused it"
+    )
+    next_check_at: Timestamp | None
+
+
 class Job(JobSummary):
     """A job as its tenant sees it, with its validated output once it succeeded."""
 
     result: Any = Field(description="The validated output (any JSON), or null.")
     result_error: ResultErrorBody | None
+    waiting: JobWait | None = Field(
+        default=None,
+        description="GET of one job only: while it is QUEUED or RETRY_SCHEDULED and the "
+        "provider behind its model is paused, which provider, since when and how it "
+        "resumes; else null.",
+    )
 
 
 class JobPage(_Body):
@@ -196,6 +216,37 @@ class AdminJobHistory(JobHistory):
 class AdminJobPage(_Body):
     data: list[AdminJob]
     next_cursor: str | None
+    undecodable_letters: int = Field(
+        description="Messages in the dead-letter queue that name no job (no worker can "
+        "read them), not among the jobs above: see /v1/admin/dead-letters/undecodable."
+    )
+
+
+class _UndecodableLetterFields(_Body):
+    id: str
+    sent_at: Timestamp
+    dead_lettered_at: Timestamp
+    receive_count: int
+    body_bytes: int = Field(description="The body's size in UTF-8.")
+    truncated: bool = Field(description="The body is longer than shown.")
+
+
+class UndecodableLetterSummary(_UndecodableLetterFields):
+    body_preview: str = Field(description="Its first 200 characters.")
+
+
+class UndecodableLetterPage(_Body):
+    data: list[UndecodableLetterSummary]
+    next_cursor: str | None
+
+
+class UndecodableLetter(_UndecodableLetterFields):
+    body: str = Field(description="The body as it was sent, up to 65,536 characters.")
+
+
+class PurgedLetters(_Body):
+    purged: list[str]
+    not_found: list[str] = Field(description="Ids that name no undecodable dead letter.")
 
 
 class SkippedReplay(_Body):
@@ -259,6 +310,10 @@ class UsageFigures(_Body):
     output_tokens: int
     cost_usd: float
     wasted_cost_usd: float
+    unknown_usage_calls: int = Field(
+        description="Calls answered without usage: their tokens and cost are unknown and "
+        "left out of the sums above (never counted as 0)."
+    )
 
 
 class UsageRow(UsageFigures):

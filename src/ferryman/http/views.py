@@ -22,15 +22,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 from fastapi import Query
 from fastapi.responses import JSONResponse
+from pydantic import StringConstraints
 
 from ferryman.core.models import usd
 from ferryman.http.timestamps import rfc3339
+from ferryman.services.jobs import MAX_LIST_JOB_IDS
 
 if TYPE_CHECKING:
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job, JobError
-    from ferryman.ports.control import AuditRecord
-    from ferryman.services.jobs import JobView
+    from ferryman.ports.control import AuditRecord, ProviderPause
+    from ferryman.ports.queue import UndecodableLetter
+    from ferryman.ports.store import JobSummary
+    from ferryman.services.jobs import JobView, ListedJob
 
 # Where data lives: for operators, not for tenants.
 STORAGE_FIELDS = frozenset({"result_ref"})
@@ -38,13 +42,25 @@ WORKER_FIELD = "worker_id"
 # Event details that are moments (epoch seconds in the store), written like every time.
 TIME_DETAIL_FIELDS = frozenset({"not_before"})
 
+# A job id as ferryman makes them (core/ids.py): ``gen_`` and a ULID.
+JOB_ID_PATTERN = r"^gen_[0-9A-HJKMNP-TV-Z]{26}$"
 # A page cursor is the next_cursor of an earlier page: today the id of the last job
-# it held (``gen_`` and a ULID). Anything else is refused with 422, never read as
-# "from the start" or passed to the store.
-CURSOR_PATTERN = r"^gen_[0-9A-HJKMNP-TV-Z]{26}$"
+# it held. Anything else is refused with 422, never read as "from the start" or
+# passed to the store.
+CURSOR_PATTERN = JOB_ID_PATTERN
 Cursor = Annotated[
     str | None,
     Query(pattern=CURSOR_PATTERN, description="The next_cursor of the previous page."),
+]
+# Jobs a list is limited to (``?job_id=a&job_id=b``): a client waiting for many polls
+# them in one request. A malformed id, or too many, is a 422; an unknown one is absent.
+JobIds = Annotated[
+    list[Annotated[str, StringConstraints(pattern=JOB_ID_PATTERN)]] | None,
+    Query(
+        max_length=MAX_LIST_JOB_IDS,
+        description=f"Only these jobs (repeat the parameter, at most {MAX_LIST_JOB_IDS}); "
+        "one that is unknown or another tenant's is simply not listed.",
+    ),
 ]
 
 
@@ -92,8 +108,9 @@ def submission_body(job: Job) -> dict[str, Any]:
     }
 
 
-def job_summary(job: Job) -> dict[str, Any]:
-    """A job without its result (the admin listing); job_body adds ``result``."""
+def job_summary(job: Job | JobSummary) -> dict[str, Any]:
+    """A job without its result (the admin listing); job_body adds ``result``. Only what
+    a JobSummary holds: what a list reads of a job is what it shows."""
     return {
         "job_id": job.job_id,
         "status": str(job.status),
@@ -111,7 +128,10 @@ def job_summary(job: Job) -> dict[str, Any]:
 
 
 def job_body(
-    job: Job, *, result_json: bytes | None = None, result_error: FerrymanError | None = None
+    job: Job | JobSummary,
+    *,
+    result_json: bytes | None = None,
+    result_error: FerrymanError | None = None,
 ) -> dict[str, Any]:
     """A job as its tenant sees it, with its result (stored JSON bytes) if it has one.
     ``result_error`` says why a finished job's result is not there (list items only:
@@ -120,16 +140,41 @@ def job_body(
     return {**job_summary(job), "result": result, "result_error": result_error_body(result_error)}
 
 
-def list_item_body(view: JobView) -> dict[str, Any]:
-    """A job in a list: a result that cannot be served is an error on this item alone."""
-    return job_body(view.job, result_json=view.result_json, result_error=view.result_error)
+def list_item_body(item: ListedJob) -> dict[str, Any]:
+    """A job in a list, the fields of a single GET made from its summary: a result that
+    cannot be served is an error on this item alone."""
+    return job_body(item.summary, result_json=item.result_json, result_error=item.result_error)
+
+
+def job_detail_body(view: JobView) -> dict[str, Any]:
+    """One job as GET /v1/generations/{id} answers: with its result, and while it waits
+    for a paused provider, why (``waiting``)."""
+    return {
+        **job_body(view.job, result_json=view.result_json),
+        "waiting": waiting_body(view.waiting),
+    }
+
+
+def waiting_body(pause: ProviderPause | None) -> dict[str, Any] | None:
+    """Which provider's pause holds a waiting job, since when, and whether ferryman made
+    it (and probes the provider, next at ``next_check_at``) or an operator did. Never
+    the pause's reason or who made it: an operator's words are not for tenants."""
+    if pause is None:
+        return None
+    return {
+        "reason": "provider_paused",
+        "provider": pause.provider,
+        "since": rfc3339(pause.since),
+        "automatic": pause.automatic,
+        "next_check_at": rfc3339(pause.next_probe_at),
+    }
 
 
 def result_error_body(error: FerrymanError | None) -> dict[str, str] | None:
     return None if error is None else {"code": error.code, "message": error.message}
 
 
-def admin_job_body(job: Job) -> dict[str, Any]:
+def admin_job_body(job: Job | JobSummary) -> dict[str, Any]:
     """Operators see jobs across tenants, so each row says whose it is."""
     return {"tenant_id": job.tenant_id, **job_summary(job)}
 
@@ -222,4 +267,28 @@ def audit_body(record: AuditRecord) -> dict[str, Any]:
         "action": str(record.action),
         "target": record.target,
         "reason": record.reason,
+    }
+
+
+# An undecodable dead letter's body: anything a sender wrote. A list shows its start,
+# one letter at most this much of it (with its full size in bytes).
+LETTER_PREVIEW_CHARS = 200
+LETTER_BODY_MAX_CHARS = 65_536
+
+
+def undecodable_letter_body(letter: UndecodableLetter, *, whole: bool = False) -> dict[str, Any]:
+    """One dead letter no worker can read, as an operator inspects it (``whole``: with
+    its body, up to LETTER_BODY_MAX_CHARS; else a preview)."""
+    # A body is text from anywhere: a lone surrogate would not encode as JSON.
+    body = letter.body.encode("utf-8", "replace").decode("utf-8")
+    limit = LETTER_BODY_MAX_CHARS if whole else LETTER_PREVIEW_CHARS
+    shown = {"body": body[:limit]} if whole else {"body_preview": body[:limit]}
+    return {
+        "id": letter.dead_letter_id,
+        "sent_at": rfc3339(letter.sent_at),
+        "dead_lettered_at": rfc3339(letter.dead_lettered_at),
+        "receive_count": letter.receive_count,
+        "body_bytes": len(body.encode("utf-8")),
+        **shown,
+        "truncated": len(body) > limit,
     }

@@ -98,6 +98,11 @@ OLDEST_MESSAGE_AGE = Gauge(
     "ferryman_oldest_message_age_seconds", "Age of the oldest undeleted message."
 )
 DLQ_DEPTH = Gauge("ferryman_dead_letter_queue_depth", "Messages in the dead-letter queue.")
+UNDECODABLE_DEAD_LETTERS = Gauge(
+    "ferryman_undecodable_dead_letters",
+    "Dead letters whose body no worker can read: no job was failed for them "
+    "(ferryman dlq undecodable).",
+)
 MODEL_LATENCY = Histogram(
     "ferryman_model_latency_seconds", "Model call latency.", ["model"], buckets=_LATENCY_BUCKETS
 )
@@ -123,6 +128,28 @@ PROVIDER_COST = Counter(
     "ferryman_model_cost_usd_total",
     "What model calls cost, from the alias's prices, by outcome of the attempt.",
     ["provider", "model", "outcome"],
+)
+USAGE_UNKNOWN = Counter(
+    "ferryman_usage_unknown_total",
+    "Model answers that reported no token usage: their tokens and cost are recorded as "
+    "unknown (null), never as 0.",
+    ["provider", "model"],
+)
+PROVIDER_PROBES = Counter(
+    "ferryman_provider_probes_total",
+    "Probes of a provider (its models endpoint) after it refused a call's credentials, "
+    "or while it is paused automatically, by result (accepted, refused, unknown).",
+    ["provider", "result"],
+)
+PROVIDER_AUTO_PAUSES = Counter(
+    "ferryman_provider_auto_pauses_total",
+    "Providers paused automatically: a probe was refused too, or the account was.",
+    ["provider"],
+)
+PROVIDER_AUTO_RESUMES = Counter(
+    "ferryman_provider_auto_resumes_total",
+    "Automatic provider pauses lifted because a probe passed.",
+    ["provider"],
 )
 ATTEMPT_TOKENS = Counter(
     "ferryman_attempt_tokens_total",

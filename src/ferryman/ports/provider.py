@@ -48,8 +48,10 @@ class ModelRequest:
 class ModelResponse:
     # The answer: for every task, JSON text meant to match output_schema.
     text: str
-    input_tokens: int
-    output_tokens: int
+    # What the provider reported the call used; None when it reported nothing (a
+    # server without usage support): unknown, never 0, so it is never billed as free.
+    input_tokens: int | None
+    output_tokens: int | None
     provider_request_id: str | None = None
     # The model that actually answered (a provider may serve a dated snapshot).
     model: str | None = None

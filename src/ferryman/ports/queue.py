@@ -118,6 +118,19 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class UndecodableLetter:
+    """A dead letter whose body no worker can read (``DeadLetterReason.UNDECODABLE``):
+    it names no job for the sweeper to fail, so it waits in the dead-letter queue for
+    an operator to read and purge. ``body`` is as it was sent."""
+
+    dead_letter_id: str
+    body: str
+    sent_at: float
+    dead_lettered_at: float
+    receive_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class TenantBudget:
     """How many deliveries one receiver lets each tenant hold at once.
 
@@ -145,6 +158,8 @@ class QueueStats:
     in_flight: int  # received and hidden, or delayed
     oldest_age_seconds: float  # age of the oldest message not yet deleted, 0 if none
     dead_letters: int
+    # Of those, the letters whose body names no job (UndecodableLetter).
+    undecodable_letters: int = 0
 
 
 class JobQueue(Protocol):
@@ -178,6 +193,23 @@ class JobQueue(Protocol):
         ...
 
     async def delete_dead_letter(self, dead_letter_id: str) -> None: ...
+
+    async def undecodable_letters(
+        self, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[UndecodableLetter]:
+        """Dead letters whose body names no job, in the order they were dead-lettered
+        (``dead_lettered_at``, then ``dead_letter_id``); ``after``: that pair of the
+        last one already seen."""
+        ...
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
+        """One of them, or None (no such letter, or a job's: the sweeper's)."""
+        ...
+
+    async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
+        """Purge one of them; False when there is no undecodable letter of that id (a
+        job's dead letter is never purged here: its job must be failed first)."""
+        ...
 
     async def stats(self) -> QueueStats: ...
 

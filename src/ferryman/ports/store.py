@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ferryman.core.errors import IdempotencyKeyMismatchError
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from ferryman.core.changes import Change
-    from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.core.job import Attempt, Event, Job, JobError, JobStatus
     from ferryman.ports.results import StagedResult
 
 
@@ -40,10 +40,67 @@ class Accepted:
 CreateOutcome = Accepted | IdempotencyKeyMismatchError
 
 
+# What a list item weighs against a page's byte budget besides its metadata and error:
+# its ids, status, task, model, times and field names as JSON (about 350 bytes), with room.
+LIST_ITEM_BYTES = 512
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A job as a list shows it, with what serving its result takes: never its input.
+
+    Engines read only these fields for a list, so a page of jobs with large inputs costs
+    what its items show (docs/benchmarks.md, "Lists of jobs with large inputs")."""
+
+    tenant_id: str
+    job_id: str
+    status: JobStatus
+    task: str
+    model: str
+    created_at: float
+    updated_at: float
+    completed_at: float | None
+    attempt_count: int
+    correlation_id: str
+    metadata: dict[str, Any] | None
+    error: JobError | None
+    cancel_requested: bool
+    # The attempt that owns (or published) the job, and its result's reference: with
+    # the tenant and job id they make the key a result is verified against.
+    attempt_id: str | None
+    result_ref: str | None
+
+    @classmethod
+    def of(cls, job: Job) -> JobSummary:
+        return cls(
+            tenant_id=job.tenant_id,
+            job_id=job.job_id,
+            status=job.status,
+            task=job.task,
+            model=job.model,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            completed_at=job.completed_at,
+            attempt_count=job.attempt_count,
+            correlation_id=job.correlation_id,
+            metadata=job.metadata,
+            error=job.error,
+            cancel_requested=job.cancel_requested,
+            attempt_id=job.attempt_id,
+            result_ref=job.result_ref,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    jobs: list[Job]
+    """A page of a list, newest first. ``next_cursor`` is the id of its last job when
+    more match (None at the end): a caller that serves only the first few jobs goes on
+    after the last one it served by passing that job's id as the cursor."""
+
+    jobs: list[JobSummary]
     next_cursor: str | None
+    # What its jobs weigh against the byte budget (see JobStore.list_jobs).
+    listed_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +130,10 @@ class UsageRow:
     # Cost of the calls whose result is not the job's published one: retries, lost
     # leases, abandoned and cancelled attempts, final failures.
     wasted_nano_usd: int
+    # Calls the model answered (a finish reason was recorded) without saying what they
+    # used: their tokens and cost are unknown (null), left out of the sums above, never
+    # counted as 0 tokens and $0.
+    unknown_usage_calls: int
 
 
 class Hint(Protocol):
@@ -130,10 +191,19 @@ class JobStore(Protocol):
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
-        """Newest first (by job_id, a ULID). tenant_id None lists every tenant (operators)."""
+        """Newest first (by job_id, a ULID), after ``cursor`` (a job id). tenant_id None
+        lists every tenant (operators); ``job_ids`` keeps only those jobs (an empty
+        collection: none), never another tenant's. Reads only what a JobSummary holds.
+
+        With ``max_bytes``, the page also ends before the job that would take its
+        ``listed_bytes`` over it (always at least one job): a job weighs LIST_ITEM_BYTES
+        plus the UTF-8 bytes of its metadata and error as stored (compact JSON). An
+        engine stops reading there, so one list never holds more than that in memory."""
         ...
 
     async def events(self, job_id: str) -> list[Event]:
@@ -145,10 +215,15 @@ class JobStore(Protocol):
         ...
 
     async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
-        """Non-terminal jobs nothing seems to drive, oldest updated_at first. All have
+        """Non-terminal jobs nothing drives, oldest updated_at first. All have
         updated_at before now - older_than, and one of: dispatch PENDING (QUEUED or
         RETRY_SCHEDULED); PROCESSING with lease_until before now - older_than;
-        RETRY_SCHEDULED with not_before before now - older_than."""
+        RETRY_SCHEDULED with not_before before now - older_than. Where the engine keeps
+        the queue with the jobs (``enqueues_with_job``), a job with a message still in
+        the queue (visible, in flight or delayed) is not among them: that message's
+        next delivery drives it. An engine whose queue is elsewhere cannot tell and
+        lists it anyway (the message the sweeper re-sends is then a harmless
+        duplicate)."""
         ...
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 from ferryman.core.errors import ProviderServerError, SafetyRejectedError
 from ferryman.ports.provider import FinishReason, ModelResponse
 from ferryman.providers.http_api import Answer, HttpApi, json_event
-from ferryman.providers.http_errors import error_for_type, malformed, parse_error_body
+from ferryman.providers.http_errors import (
+    error_for_type,
+    malformed,
+    parse_error_body,
+    provider_token,
+)
 from ferryman.providers.structured import (
     schema_name,
     tool_answer_from_json_text,
@@ -136,8 +141,9 @@ class _MessageReader:
     message_id: str | None = None
     model: str | None = None
     stop_reason: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
+    # None until the answer reports them (unknown if it never does, never 0).
+    input_tokens: int | None = None
+    output_tokens: int | None = None
     # Per content block index: its type and its text (tool input JSON, or plain text).
     kinds: dict[int, str] = field(default_factory=dict)
     parts: dict[int, list[str]] = field(default_factory=dict)
@@ -173,8 +179,8 @@ class _MessageReader:
     def _start(self, message: Any) -> None:
         if not isinstance(message, dict):
             raise malformed(self.label, "message_start without a message", None)
-        self.message_id = message.get("id") if isinstance(message.get("id"), str) else None
-        self.model = message.get("model") if isinstance(message.get("model"), str) else None
+        self.message_id = provider_token(message.get("id"))
+        self.model = provider_token(message.get("model"))
         self._usage(message.get("usage"))
 
     def _delta(self, index: int, delta: Any) -> None:
@@ -191,7 +197,7 @@ class _MessageReader:
         if isinstance(usage, dict):
             for key in ("input_tokens", "output_tokens"):
                 value = usage.get(key)
-                if isinstance(value, int) and value >= 0:
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                     setattr(self, key, value)
 
     def read_whole(self, body: dict[str, Any], request_id: str | None) -> None:
@@ -244,7 +250,7 @@ class _MessageReader:
             provider_request_id=request_id,
             model=self.model or request.model,
             finish_reason=reason,
-            finish_detail=self.stop_reason,
+            finish_detail=provider_token(self.stop_reason),
         )
 
 

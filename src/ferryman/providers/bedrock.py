@@ -38,7 +38,7 @@ from ferryman.core.errors import (
     ThrottledError,
 )
 from ferryman.ports.provider import FinishReason, ModelResponse
-from ferryman.providers.http_errors import malformed
+from ferryman.providers.http_errors import malformed, provider_token
 from ferryman.providers.structured import (
     schema_name,
     tool_answer_text,
@@ -207,7 +207,7 @@ class BedrockProvider:
     def _response(
         self, request: ModelRequest, result: dict[str, Any], *, tool: str, wrapped: bool
     ) -> ModelResponse:
-        request_id = (result.get("ResponseMetadata") or {}).get("RequestId")
+        request_id = provider_token((result.get("ResponseMetadata") or {}).get("RequestId"))
         stop = result.get("stopReason")
         message = (result.get("output") or {}).get("message")
         if not isinstance(stop, str) or not isinstance(message, dict):
@@ -233,7 +233,7 @@ class BedrockProvider:
             # Converse does not name a snapshot: the model asked for is the one that answered.
             model=request.model,
             finish_reason=reason,
-            finish_detail=stop,
+            finish_detail=provider_token(stop),
         )
 
 
@@ -254,8 +254,9 @@ def _answer_text(content: list[Any], *, tool: str, wrapped: bool) -> str:
     return "".join(texts)
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
+def _count(value: Any) -> int | None:
+    # An answer without usage: unknown, not 0.
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _translate(exc: Exception, label: str, *, tool_choice_sent: bool) -> Exception:
@@ -264,10 +265,13 @@ def _translate(exc: Exception, label: str, *, tool_choice_sent: bool) -> Excepti
 
     if isinstance(exc, boto.ClientError):
         error = exc.response.get("Error", {})
-        code = str(error.get("Code", "") or "")
+        # What the service sent is shown in the job's error: identifiers only, bounded.
+        code = provider_token(error.get("Code")) or ""
         meta = exc.response.get("ResponseMetadata", {})
-        request_id = meta.get("RequestId")
+        request_id = provider_token(meta.get("RequestId"))
         status = meta.get("HTTPStatusCode")
+        if not isinstance(status, int) or isinstance(status, bool):
+            status = None
         if (
             tool_choice_sent
             and code == "ValidationException"

@@ -14,7 +14,7 @@ in the provider; what is the same lives here:
   one is caught. Both are enforced here with ``asyncio.timeout`` as well as httpx's
   own timeouts, so they hold whatever the transport.
 - Every failure leaves as a ProviderError (``http_errors``), with the provider's
-  request id whenever the headers carried one.
+  request id whenever the headers carried one that looks like one (``provider_token``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ferryman.providers.http_errors import (
     error_for_status,
     malformed,
     parse_error_body,
+    provider_token,
     ratelimit_reset_seconds,
     retry_after_seconds,
     transport_errors,
@@ -132,7 +133,9 @@ class HttpApi:
                         )
                         response = await client.send(request, stream=True)
                         try:
-                            request_id[0] = response.headers.get(self._request_id_header)
+                            request_id[0] = provider_token(
+                                response.headers.get(self._request_id_header)
+                            )
                             if sink is not None:  # the headers are the stream's first progress
                                 deadline.reschedule(loop.time() + timeout_seconds)
                             if response.status_code >= 300:
@@ -223,8 +226,7 @@ def _body_request_id(raw: bytes) -> str | None:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
-    value = data.get("request_id") if isinstance(data, dict) else None
-    return value if isinstance(value, str) and len(value) <= 200 else None
+    return provider_token(data.get("request_id")) if isinstance(data, dict) else None
 
 
 def _json_object(raw: bytes, provider: str, request_id: str | None) -> dict[str, Any]:

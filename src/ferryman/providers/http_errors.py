@@ -9,11 +9,17 @@ code with a JSON error body, a rate-limit hint in the headers, or no answer at a
                                           ProviderTimeoutError
     400, 404, 413, 422, any other 4xx     ProviderBadRequestError INVALID_REQUEST
     401, 403                              ProviderUnauthorizedError UNAUTHORIZED
+    insufficient_quota (a 429), billing   AccountRefusedError    UNAUTHORIZED
     a content-filter code (Azure's 400)   SafetyRejectedError    SAFETY_REJECTED
 
 A message names the provider, the status and the provider's own error type, code and
 param: identifiers only. The provider's free-text message is never kept, because some
 servers quote the offending input in it, and an error message must never carry a prompt.
+
+Whatever else of a provider's answer ferryman keeps and shows a tenant (a request id, the
+model that answered, why it stopped, an error's identifiers) passes ``provider_token``
+first: a broken or hostile upstream cannot put megabytes, control characters or markup
+into an attempt row, a job's error or a log line.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ferryman.core.errors import (
+    AccountRefusedError,
     ContextLengthExceededError,
     ProviderBadRequestError,
     ProviderError,
@@ -50,12 +57,17 @@ _THROTTLE_TYPES = frozenset(
     {"rate_limit_error", "rate_limit_exceeded", "overloaded_error", "requests", "tokens"}
 )
 # A 429 that waiting cannot mend: the account has no quota or credit left. Retrying
-# would only spend every queued job's attempts, so it is treated like a refused key.
+# would only spend every queued job's attempts: like a refused key, it pauses the
+# provider (AccountRefusedError), until an operator resumes it.
 _ACCOUNT_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 # How much of an error body is read: error bodies are small; a proxy's HTML page is not.
 MAX_ERROR_BODY_BYTES = 64 * 1024
-# Identifiers are echoed only when they look like identifiers.
-_IDENTIFIER = re.compile(r"^[A-Za-z0-9_.:\-\[\]/]{1,80}$")
+# Text from a provider kept only when it is an identifier of at most this many characters
+# (request ids are 20-60 characters, model names rarely over 80); an error body's type,
+# code and param, which go into a message, at most ERROR_IDENTIFIER_MAX_CHARS each.
+PROVIDER_TOKEN_MAX_CHARS = 128
+ERROR_IDENTIFIER_MAX_CHARS = 80
+_PROVIDER_TOKEN = re.compile(r"[A-Za-z0-9_.:/+=@#~\-\[\]]+")
 # OpenAI's x-ratelimit-reset-* durations: "1s", "6m0s", "250ms", "1h2m3.5s".
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -79,12 +91,28 @@ class ErrorBody:
         return ", ".join(parts)
 
 
-def _identifier(value: Any) -> str | None:
+def provider_token(value: object, *, max_chars: int = PROVIDER_TOKEN_MAX_CHARS) -> str | None:
+    """``value`` from a provider's answer as ferryman may keep and show it, or None.
+
+    Kept as given (surrounding whitespace stripped) when it is a string, or an integer,
+    of 1 to ``max_chars`` identifier characters: ASCII letters, digits and
+    ``_ . : / + = @ # ~ - [ ]``. Anything else is None, never shown: not text, empty,
+    longer, or with a space, a control, non-ASCII or markup character in it. Nothing
+    is cut or cleaned, because a request id cut short or cleaned up would name another
+    request (or none) when quoted to the provider's support.
+    """
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    if isinstance(value, str) and _IDENTIFIER.match(value):
+    if not isinstance(value, str) or len(value) > max_chars + 64:  # never scan megabytes
+        return None
+    value = value.strip()
+    if 0 < len(value) <= max_chars and _PROVIDER_TOKEN.fullmatch(value):
         return value
     return None
+
+
+def _identifier(value: Any) -> str | None:
+    return provider_token(value, max_chars=ERROR_IDENTIFIER_MAX_CHARS)
 
 
 def parse_error_body(raw: bytes) -> tuple[ErrorBody, str]:
@@ -191,7 +219,7 @@ def error_for_status(
     if names & _SAFETY_CODES:
         kind = SafetyRejectedError
     elif names & _ACCOUNT_CODES:
-        kind = ProviderUnauthorizedError
+        kind = AccountRefusedError
     elif status in (429, 529) or names & {"overloaded_error"}:
         kind = ThrottledError
     elif status in (401, 403):
@@ -215,7 +243,7 @@ def error_for_type(body: ErrorBody, *, provider: str, request_id: str | None) ->
     if names & _SAFETY_CODES:
         kind = SafetyRejectedError
     elif names & _ACCOUNT_CODES:
-        kind = ProviderUnauthorizedError
+        kind = AccountRefusedError
     elif names & _THROTTLE_TYPES:
         kind = ThrottledError
     elif names & {"authentication_error", "permission_error", "invalid_api_key"}:

@@ -33,7 +33,12 @@ import structlog
 from ferryman.core.errors import ProviderServerError, SafetyRejectedError
 from ferryman.ports.provider import FinishReason, ModelResponse
 from ferryman.providers.http_api import Answer, HttpApi, json_event
-from ferryman.providers.http_errors import error_for_type, malformed, parse_error_body
+from ferryman.providers.http_errors import (
+    error_for_type,
+    malformed,
+    parse_error_body,
+    provider_token,
+)
 from ferryman.providers.structured import (
     schema_instruction,
     schema_name,
@@ -309,10 +314,10 @@ class _ChatReader:
         self.done = True
 
     def _note_identity(self, chunk: dict[str, Any]) -> None:
-        if self.model is None and isinstance(chunk.get("model"), str):
-            self.model = chunk["model"]
-        if self.completion_id is None and isinstance(chunk.get("id"), str):
-            self.completion_id = chunk["id"]
+        if self.model is None:
+            self.model = provider_token(chunk.get("model"))
+        if self.completion_id is None:
+            self.completion_id = provider_token(chunk.get("id"))
 
     def response(self, request: ModelRequest, answer: Answer) -> ModelResponse:
         request_id = answer.request_id or self.completion_id
@@ -330,11 +335,11 @@ class _ChatReader:
             provider_request_id=request_id,
             model=self.model or request.model,
             finish_reason=reason,
-            finish_detail=self.finish,
+            finish_detail=provider_token(self.finish),
         )
 
 
-def _tokens(usage: dict[str, Any], key: str) -> int:
-    # A server that reports no usage (no include_usage support) bills nothing we can see.
+def _tokens(usage: dict[str, Any], key: str) -> int | None:
+    # A server that reports no usage (no include_usage support): unknown, not 0.
     value = usage.get(key)
-    return value if isinstance(value, int) and value >= 0 else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -38,6 +38,8 @@ from ferryman.services.cancels import CancelWatcher
 from ferryman.services.limiter import estimate_tokens
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from prometheus_client import Counter, Histogram
 
     from ferryman.core.clock import Clock
@@ -119,6 +121,22 @@ class CallResult:
             raw_output=self.raw_output,
         )
 
+    def ended_log_fields(self, outcome: AttemptOutcome | None) -> dict[str, Any]:
+        """What the ``attempt.ended`` line says about the call: the model alias, the
+        provider and the provider's model, how the attempt ended, and the failure class
+        and error code of a call that failed. Identifiers only: never the prompt, the
+        output or an error's message."""
+        error = self.error
+        return {
+            "model": self.model,
+            "provider": self.provider,
+            "provider_model": self.provider_model,
+            "outcome": None if outcome is None else str(outcome),
+            "failure_class": None if error is None else str(error.failure_class),
+            "error_code": None if error is None else error.code,
+            "latency_ms": self.latency_ms,
+        }
+
 
 # Outcomes whose report says what failed (a cancel keeps the failure its call had).
 _FAILING_OUTCOMES = frozenset(
@@ -150,8 +168,17 @@ def _call_series(task: str, model: str) -> _CallSeries:
 
 @dataclass(frozen=True, slots=True)
 class AttemptTimeouts:
+    # A call's client-side timeout, for a provider without one of its own.
     provider_timeout_seconds: float
+    # The whole call as the worker bounds it: above every provider's timeout, so the
+    # provider's own, well-described timeout fires first (``ferryman doctor`` checks it).
     attempt_timeout_seconds: float
+    # Each provider's own timeout (``[providers.NAME] timeout_seconds``), by name.
+    per_provider: Mapping[str, float] = field(default_factory=dict)
+
+    def for_provider(self, provider: str) -> float:
+        """The timeout a call to ``provider`` is given, whatever the provider's kind."""
+        return self.per_provider.get(provider, self.provider_timeout_seconds)
 
 
 class AttemptRunner:
@@ -176,6 +203,7 @@ class AttemptRunner:
         self._timeouts = timeouts
         self._limiters = limiters
         self._releasing = asyncio.Event()
+        self._unknown_usage = UnknownUsageWarnings()
         # Attended attempts by job id: what the cancel watcher looks at.
         self._attended: dict[str, RunningAttempt] = {}
 
@@ -259,11 +287,7 @@ class AttemptRunner:
                 elapsed = time.perf_counter() - started
                 result.latency_ms = int(elapsed * 1000)
                 series.latency.observe(elapsed)
-            await limiter.record(
-                admission,
-                throttled=False,
-                used_tokens=response.input_tokens + response.output_tokens,
-            )
+            await limiter.record(admission, throttled=False, used_tokens=_used_tokens(response))
         self._record_usage(result, route, response, series)
         try:
             if response.finish_reason is FinishReason.LENGTH:
@@ -281,7 +305,7 @@ class AttemptRunner:
         try:
             async with asyncio.timeout(self._timeouts.attempt_timeout_seconds):
                 return await provider.invoke(
-                    request, timeout_seconds=self._timeouts.provider_timeout_seconds
+                    request, timeout_seconds=self._timeouts.for_provider(provider.name)
                 )
         except TimeoutError as exc:
             raise ProviderTimeoutError("the attempt timed out") from exc
@@ -293,20 +317,25 @@ class AttemptRunner:
             log.warning("provider.unexpected_error", error_type=type(exc).__name__)
             raise ProviderServerError("the provider failed unexpectedly") from exc
 
-    @staticmethod
     def _record_usage(
-        result: CallResult, route: Route, response: ModelResponse, series: _CallSeries
+        self, result: CallResult, route: Route, response: ModelResponse, series: _CallSeries
     ) -> None:
-        result.input_tokens = response.input_tokens
-        result.output_tokens = response.output_tokens
+        tokens_in, tokens_out = response.input_tokens, response.output_tokens
+        result.input_tokens, result.output_tokens = tokens_in, tokens_out
         result.provider_request_id = response.provider_request_id
         result.provider_model = response.model
         result.finish_reason = response.finish_detail or str(response.finish_reason)
-        result.cost_nano_usd = route.alias.prices.cost_nano_usd(
-            response.input_tokens, response.output_tokens
-        )
-        series.input_tokens.inc(response.input_tokens)
-        series.output_tokens.inc(response.output_tokens)
+        if tokens_in is None or tokens_out is None:
+            # Unknown, never 0 tokens and $0: the attempt's cost stays null, and usage
+            # reports count such calls apart.
+            result.cost_nano_usd = None
+            self._unknown_usage.note(route, response)
+        else:
+            result.cost_nano_usd = route.alias.prices.cost_nano_usd(tokens_in, tokens_out)
+        if tokens_in is not None:
+            series.input_tokens.inc(tokens_in)
+        if tokens_out is not None:
+            series.output_tokens.inc(tokens_out)
 
     async def _beat(self, attempt: RunningAttempt) -> LeaseStatus | None:
         """Renew the lease and the message's visibility; None when the store failed."""
@@ -347,6 +376,57 @@ class AttemptRunner:
             attempt.cancel_requested = True
             attempt.interrupt()
         return True
+
+
+def _used_tokens(response: ModelResponse) -> int | None:
+    """What the call used, for the limiter's token budget; None when the provider did not
+    say, so the limiter keeps the call's estimate rather than refunding all of it."""
+    if response.input_tokens is None or response.output_tokens is None:
+        return None
+    return response.input_tokens + response.output_tokens
+
+
+# An answer without usage is counted every time; its warning is written once per
+# (provider, alias) in this long at most, saying how many calls it stands for.
+UNKNOWN_USAGE_WARNING_INTERVAL_SECONDS = 60.0
+
+
+class UnknownUsageWarnings:
+    """Counts answers that reported no usage (``ferryman_usage_unknown_total``) and warns
+    about them: the first at once, then at most one line a minute per (provider, alias),
+    so a server that never reports usage does not write a line per call."""
+
+    def __init__(self, *, interval_seconds: float = UNKNOWN_USAGE_WARNING_INTERVAL_SECONDS):
+        self._interval_seconds = interval_seconds
+        # (provider, alias) -> when its last line was written, calls since then.
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def note(self, route: Route, response: ModelResponse) -> None:
+        provider, alias = route.provider.name, route.alias.name
+        metrics.child(metrics.USAGE_UNKNOWN, provider=provider, model=alias).inc()
+        now = time.monotonic()
+        written_at, unwritten = self._last.get((provider, alias), (float("-inf"), 0))
+        if now - written_at < self._interval_seconds:
+            self._last[(provider, alias)] = (written_at, unwritten + 1)
+            return
+        self._last[(provider, alias)] = (now, 0)
+        missing = [
+            name
+            for name, value in (
+                ("input_tokens", response.input_tokens),
+                ("output_tokens", response.output_tokens),
+            )
+            if value is None
+        ]
+        # Identifiers only: never the prompt or the answer.
+        log.warning(
+            "provider.usage_unknown",
+            provider=provider,
+            model=alias,
+            provider_model=response.model,
+            missing=",".join(missing),
+            calls=unwritten + 1,
+        )
 
 
 class Attending:

@@ -63,6 +63,10 @@ class ModelCatalog:
     def providers(self) -> list[ModelProvider]:
         return [self._providers[name] for name in sorted(self._providers)]
 
+    def provider(self, name: str) -> ModelProvider | None:
+        """The provider of that name, if this process has it configured."""
+        return self._providers.get(name)
+
     def chain(self, alias: str) -> list[str]:
         """The alias and the fallbacks a job on it may move to, in order."""
         found = self._aliases.get(alias)

@@ -43,7 +43,8 @@ from ferryman.services.attempt import RunningAttempt
 from ferryman.services.claims import ClaimBatcher
 from ferryman.services.failures import judge_failure
 from ferryman.services.ledger import ClaimRequest, ClaimResult
-from ferryman.services.pauses import ProviderPauses
+from ferryman.services.pauses import PAUSED_PROVIDER_RECHECK_SECONDS, ProviderPauses
+from ferryman.services.probes import ProviderProbes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from ferryman.services.attempt import AttemptRunner, CallResult
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.probes import ProbeSchedule
     from ferryman.services.results import ResultWriter
     from ferryman.tasks import TaskRegistry
 
@@ -69,8 +71,6 @@ log = structlog.get_logger("ferryman.worker")
 T = TypeVar("T")
 # Well within a lease: the heartbeat has stopped once the call returned.
 PERSIST_RETRY_DELAYS_SECONDS = (0.1, 0.5, 2.0)
-# A job for a paused provider comes back this much later to look again.
-PAUSED_PROVIDER_RECHECK_SECONDS = 30.0
 
 
 class Verdict(enum.StrEnum):
@@ -95,6 +95,18 @@ _VERDICTS = {
 }
 
 
+# The attempt's outcome for each way a claimed delivery ends (the attempt.ended line).
+_ATTEMPT_OUTCOMES = {
+    Verdict.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+    Verdict.RETRY_SCHEDULED: AttemptOutcome.RETRY,
+    Verdict.FAILED: AttemptOutcome.FAILED,
+    Verdict.CANCELLED: AttemptOutcome.CANCELLED,
+    Verdict.LEASE_LOST: AttemptOutcome.LEASE_LOST,
+    Verdict.RELEASED: AttemptOutcome.ABANDONED,
+    # Given back to wait for its paused provider (a claimed delivery defers only so).
+    Verdict.DEFERRED: AttemptOutcome.RETRY,
+}
+
 # The attempt's outcome when its write left the job terminal (otherwise CANCELLED).
 _OUTCOMES = {JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED, JobStatus.FAILED: AttemptOutcome.FAILED}
 
@@ -106,6 +118,9 @@ class DeliverySettings:
     worker_id: str
     # Deliveries of one job that may end without an outcome before it is dead-lettered.
     max_receives: int = 10
+    # When a provider paused automatically is probed again (services/probes.py); None:
+    # ProbeSchedule's defaults.
+    probe_schedule: ProbeSchedule | None = None
 
 
 class DeliveryHandler:
@@ -127,6 +142,14 @@ class DeliveryHandler:
         self._tasks = tasks
         self._control = control
         self._pauses = ProviderPauses(control)
+        self._probes = ProviderProbes(
+            catalog=catalog,
+            control=control,
+            clock=clock,
+            pauses=self._pauses,
+            actor=f"worker:{settings.worker_id}",
+            schedule=settings.probe_schedule,
+        )
         self._store = store
         self._claims = ClaimBatcher(store)
         self._queue = queue
@@ -161,6 +184,11 @@ class DeliveryHandler:
         if await self._provider_paused(job):
             return await self._requeue(delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
         return await self._claim_and_run(delivery, job)
+
+    @property
+    def probes(self) -> ProviderProbes:
+        """Judges refused calls; probes automatically paused providers (Worker.run)."""
+        return self._probes
 
     def decide_claim(self, delivery: Delivery, job: Job | None) -> Change | None:
         """The claim to write with the receive itself (ports/queue.py's ClaimsOnReceive),
@@ -268,7 +296,7 @@ class DeliveryHandler:
                 "attempt.ended",
                 **_log_fields(attempt.job, fence),
                 verdict=str(verdict),
-                latency_ms=result.latency_ms,
+                **result.ended_log_fields(_ATTEMPT_OUTCOMES.get(verdict)),
             )
         return verdict
 
@@ -377,10 +405,10 @@ class DeliveryHandler:
             error,
             policy=self._retry_policy(job),
             catalog=self._catalog,
-            provider=result.provider,
+            key_check=await self._probes.after_refusal(result.provider, error),
         )
-        if verdict.pause_provider is not None:
-            await self._pause_provider(verdict.pause_provider, error)
+        if verdict.waits_for_provider:
+            return await self._wait_for_provider(attempt, result, verdict.error)
         now = self._clock.now()
         if verdict.retry:
             report = self._report(result, AttemptOutcome.RETRY)
@@ -420,18 +448,30 @@ class DeliveryHandler:
             return Verdict.RETRY_SCHEDULED
         return await self._ended(attempt, after, error.failure_class)
 
-    async def _pause_provider(self, provider: str, error: ProviderError) -> None:
-        """It refused our credentials: no job should be sent to it until an operator
-        resumes it (POST /v1/admin/resume {"what": "provider", "provider": ...})."""
-        log.error("provider.paused", provider=provider, error_code=error.code)
-        self._pauses.mark_paused(provider)
-        await self._control.set_provider_paused(
-            provider,
-            True,
-            actor=f"worker:{self._settings.worker_id}",
-            now=self._clock.now(),
-            reason=f"the provider refused our credentials ({error.code})",
+    async def _wait_for_provider(
+        self, attempt: RunningAttempt, result: CallResult, error: JobError
+    ) -> Verdict:
+        """Its provider refuses our credentials and is paused: the job goes back to the
+        queue (QUEUED, budgets untouched) and its message is put back for later without
+        counting this delivery, as step 4 does for every job of a paused provider."""
+        report = self._report(result, AttemptOutcome.RETRY)
+        after = await self._persistently(
+            lambda: self._store.wait_for_provider(
+                attempt.job.job_id,
+                attempt_id=attempt.attempt_id,
+                now=self._clock.now(),
+                error=error,
+                report=report,
+                known=attempt.job,
+                ack=self._ack_with_outcome(attempt),
+            )
         )
+        if after is None:
+            return await self._lease_lost(attempt, result)
+        if after.status.terminal:  # a cancel requested meanwhile won
+            return await self._ended(attempt, after)
+        _attempts_ended(AttemptOutcome.RETRY).inc()
+        return await self._requeue(attempt.delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
 
     async def _cancelled(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
         report = self._report(result, AttemptOutcome.CANCELLED)
@@ -523,13 +563,15 @@ class DeliveryHandler:
         return Verdict.DEAD_LETTERED
 
     async def _ack_duplicate(self, delivery: Delivery, job: Job | None) -> Verdict:
+        """A message for a job that is gone or finished: nothing to run. Counted and
+        logged, not written into the job's history, which ends with its terminal event."""
         metrics.DUPLICATE_DELIVERIES.inc()
-        if job is not None:
-            await self._store.record_event(
-                job.job_id,
-                EventKind.DUPLICATE_DELIVERY,
-                now=self._clock.now(),
-                detail={"status": str(job.status), "receive_count": delivery.receive_count},
+        if log_enabled(logging.INFO):
+            log.info(
+                "delivery.duplicate",
+                job_id=delivery.message.job_id,
+                status=None if job is None else str(job.status),
+                receive_count=delivery.receive_count,
             )
         await self._ack(delivery)
         return Verdict.DUPLICATE

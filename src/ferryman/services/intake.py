@@ -7,6 +7,7 @@ stored, so bad input costs nothing and leaves nothing behind.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ferryman.core.errors import (
     PausedError,
     RequestError,
     StorageQuotaExceededError,
+    StoreUnavailableError,
 )
 from ferryman.core.idempotency import canonical_json, request_fingerprint, validate_idempotency_key
 from ferryman.core.ids import new_correlation_id, new_job_id
@@ -52,6 +54,11 @@ USAGE_REFRESH_SECONDS = 0.1
 USAGE_HEADROOM = 0.1
 # Tenants whose estimates are kept; past this the oldest reads are forgotten.
 MAX_USAGE_ESTIMATES = 10_000
+# A batch is validated and written this many jobs at a time, each slice in its own
+# transaction: the store (on SQLite, one writer thread every process's writes queue
+# for) takes other tenants' submissions between two slices instead of after a
+# thousand jobs, and the event loop gets its turn between two validations.
+BATCH_SLICE_JOBS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +91,10 @@ class BatchItem:
     idempotency_key: str | None = None
 
 
-# Each batch item's outcome: its job, or the refusal a single submit of it would get.
-BatchOutcome = Submission | RequestError
+# Each batch item's outcome: its job, or the refusal a single submit of it would get,
+# or, for the items of a slice the store failed to take after earlier slices were
+# stored, the store's failure (those items are not stored: send them again).
+BatchOutcome = Submission | RequestError | StoreUnavailableError
 
 
 @dataclass(slots=True)
@@ -197,50 +206,98 @@ class Intake:
         correlation_id: str | None = None,
         traceparent: str | None = None,
     ) -> list[BatchOutcome]:
-        """Submit each item as ``submit`` would, all accepted jobs in ONE transaction
-        (JobStore.create_many); the outcomes in the items' order.
+        """Submit each item as ``submit`` would, in slices of BATCH_SLICE_JOBS, each
+        slice's accepted jobs in ONE transaction (JobStore.create_many); the outcomes
+        in the items' order.
 
         An item is refused on its own (bad key, task, input or model; over a quota; its
         key naming a different request) and never spoils the others. Quotas count the
         batch's earlier items as if they were already stored. Items sharing a key
         resolve in order: the first makes the job, a later identical one replays it, a
-        later different one is a mismatch. Paused intake refuses the whole batch."""
+        later different one is a mismatch (across slices too: an earlier slice is
+        stored before a later one is written). Paused intake refuses the whole batch.
+
+        A store failure before any job of the batch was stored raises (none of it
+        exists); after that, every item from the failed slice on is that failure, and
+        the jobs of earlier slices stand: sent again with the same keys, the batch
+        maps them to the stored jobs and stores the rest."""
         if Switch.INTAKE in await self._control.paused():
             raise PausedError(retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS)
         correlation_id = correlation_id or new_correlation_id()
-        outcomes: list[BatchOutcome | Job] = []
-        for item in items:
-            try:
-                if item.idempotency_key is not None:
-                    validate_idempotency_key(item.idempotency_key)
-                outcomes.append(
-                    self._new_job(
-                        tenant_id, item.request, item.idempotency_key, correlation_id, traceparent
-                    )
-                )
-            except RequestError as exc:
-                outcomes.append(exc)
-        await self._refuse_over_quota(tenant_id, outcomes)
-        return await self._store_batch(tenant_id, outcomes)
+        usage = await self._batch_usage(tenant_id)
+        outcomes: list[BatchOutcome] = []
+        writing: asyncio.Future[list[BatchOutcome]] | None = None
+        for start in range(0, len(items), BATCH_SLICE_JOBS):
+            # Checked while the slice before is being written; written once it is.
+            prepared = [
+                self._prepared(tenant_id, item, correlation_id, traceparent)
+                for item in items[start : start + BATCH_SLICE_JOBS]
+            ]
+            usage = self._refuse_over_quota(usage, prepared)
+            if writing is not None and not await self._written(writing, outcomes, len(items)):
+                return outcomes
+            writing = asyncio.ensure_future(self._store_batch(tenant_id, prepared))
+        if writing is not None:
+            await self._written(writing, outcomes, len(items))
+        return outcomes
 
-    async def _refuse_over_quota(self, tenant_id: str, outcomes: list[BatchOutcome | Job]) -> None:
-        """Replace each job past the tenant's quotas with the quota's refusal."""
+    @staticmethod
+    async def _written(
+        writing: asyncio.Future[list[BatchOutcome]], outcomes: list[BatchOutcome], total: int
+    ) -> bool:
+        """Add a slice's outcomes; False when the store failed it (every item from it
+        on is then that failure), raising if nothing of the batch was stored before."""
+        try:
+            outcomes.extend(await writing)
+        except StoreUnavailableError as exc:
+            if not any(isinstance(o, Submission) for o in outcomes):
+                raise
+            outcomes.extend([exc] * (total - len(outcomes)))
+            return False
+        return True
+
+    def _prepared(
+        self,
+        tenant_id: str,
+        item: BatchItem,
+        correlation_id: str,
+        traceparent: str | None,
+    ) -> Job | RequestError:
+        try:
+            if item.idempotency_key is not None:
+                validate_idempotency_key(item.idempotency_key)
+            return self._new_job(
+                tenant_id, item.request, item.idempotency_key, correlation_id, traceparent
+            )
+        except RequestError as exc:
+            return exc
+
+    async def _batch_usage(self, tenant_id: str) -> TenantUsage | None:
+        """The tenant's usage, read once for a batch; None when it has no quotas."""
         if not (self._quotas.max_backlog or self._quotas.max_stored_jobs):
-            return
+            return None
         usage = await self._store.usage(tenant_id)
         self._usage.read(tenant_id, usage)
-        taken = 0
+        return usage
+
+    def _refuse_over_quota(
+        self, usage: TenantUsage | None, outcomes: list[Job | RequestError]
+    ) -> TenantUsage | None:
+        """Replace each job past the tenant's quotas with the quota's refusal; the
+        usage counting the jobs let through."""
+        if usage is None:
+            return None
         for i, outcome in enumerate(outcomes):
             if isinstance(outcome, Job):
-                ahead = TenantUsage(usage.unfinished + taken, usage.stored + taken)
-                refusal = self._quota_refusal(ahead)
+                refusal = self._quota_refusal(usage)
                 if refusal is None:
-                    taken += 1
+                    usage = TenantUsage(usage.unfinished + 1, usage.stored + 1)
                 else:
                     outcomes[i] = refusal
+        return usage
 
     async def _store_batch(
-        self, tenant_id: str, outcomes: list[BatchOutcome | Job]
+        self, tenant_id: str, outcomes: list[Job | RequestError]
     ) -> list[BatchOutcome]:
         jobs = [outcome for outcome in outcomes if isinstance(outcome, Job)]
         if not jobs:

@@ -7,9 +7,15 @@ indistinguishable from a job that does not exist.
 Results are served as their stored JSON bytes, checked on read against the job and
 attempt they belong to (the result key) and their checksum: never another job's
 output. A result that fails the check is an error on that job alone: ``get``
-raises it, a list page carries it on that item and serves the rest. A list page
-also stops adding jobs once their results add up to ``list_max_bytes`` (always at
-least one job), so one request can never make a response of many megabytes.
+raises it, a list page carries it on that item and serves the rest.
+
+A list reads job summaries, never inputs (ports/store.py's JobSummary), and its page
+is bounded by ``list_max_bytes`` as a whole: the store ends the page once its
+summaries weigh that much, and the page stops adding jobs once their results fill
+what is left (always at least one job). One request can never make a response, or
+hold a list in memory, of many megabytes; and one tenant's lists are read
+LISTS_AT_ONCE_PER_TENANT at a time, so a hundred at once neither hold a hundred pages
+nor keep the store from other tenants' requests.
 """
 
 from __future__ import annotations
@@ -22,21 +28,34 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ferryman.core.clock import SystemClock
-from ferryman.core.errors import JobNotFoundError, ResultsUnavailableError, ResultUnreadableError
+from ferryman.core.errors import (
+    InvalidRequestError,
+    JobNotFoundError,
+    ResultsUnavailableError,
+    ResultUnreadableError,
+)
 from ferryman.core.job import JobStatus
 from ferryman.core.results import result_key
+from ferryman.services.turns import TurnsPerKey
 
 if TYPE_CHECKING:
     import builtins
+    from collections.abc import Collection, Sequence
 
     from ferryman.core.clock import Clock
     from ferryman.core.errors import FerrymanError
     from ferryman.core.job import Attempt, Event, Job
+    from ferryman.ports.control import ProviderPause
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobPage
+    from ferryman.ports.store import JobSummary
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.pauses import WaitReasons
 
 DEFAULT_LIST_MAX_BYTES = 1_048_576
+# The most jobs one list may name (``job_ids``): a client waiting for many asks in pages.
+MAX_LIST_JOB_IDS = 100
+# One tenant's lists read this many at once in a process; the rest wait their turn.
+LISTS_AT_ONCE_PER_TENANT = 2
 # Results read at once while filling a page: enough to hide a disk's latency, few
 # enough that a page which stops early has not read much it will not serve.
 _READS_AT_ONCE = 8
@@ -51,8 +70,8 @@ class JobView:
     job: Job
     # The result's JSON exactly as stored (verified); None when there is none to show.
     result_json: bytes | None = None
-    # Why a SUCCEEDED job's result is not shown (list items only; get raises it).
-    result_error: FerrymanError | None = None
+    # The pause of its provider, while it holds the waiting job (``get`` only).
+    waiting: ProviderPause | None = None
 
     @property
     def result(self) -> Any:
@@ -61,8 +80,22 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
-class JobViewPage:
-    views: list[JobView]
+class ListedJob:
+    """A job in a list: its summary and its result (verified JSON bytes, as stored)."""
+
+    summary: JobSummary
+    result_json: bytes | None = None
+    # Why a SUCCEEDED job's result is not shown: an error on this item alone.
+    result_error: FerrymanError | None = None
+
+    @property
+    def result(self) -> Any:
+        return None if self.result_json is None else json.loads(self.result_json)
+
+
+@dataclass(frozen=True, slots=True)
+class JobListPage:
+    items: list[ListedJob]
     next_cursor: str | None
 
 
@@ -84,6 +117,8 @@ class JobQueries:
         results: ResultStore,
         clock: Clock | None = None,
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
+        lists_at_once_per_tenant: int = LISTS_AT_ONCE_PER_TENANT,
+        waits: WaitReasons | None = None,
     ) -> None:
         if list_max_bytes < 1:
             raise ValueError("list_max_bytes must be positive")
@@ -92,12 +127,15 @@ class JobQueries:
         # Cancellation is the only write here; its time comes from this clock.
         self._clock: Clock = clock or SystemClock()
         self._list_max_bytes = list_max_bytes
+        self._list_turns = TurnsPerKey(lists_at_once_per_tenant)
+        self._waits = waits
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         """Raises JobNotFoundError, and ResultUnreadableError or ResultsUnavailableError
         when the job's result cannot be served."""
         job = await self._owned(tenant_id, job_id)
-        return JobView(job=job, result_json=await self._result_of(job))
+        waiting = None if self._waits is None else await self._waits.of(job)
+        return JobView(job=job, result_json=await self._result_of(job), waiting=waiting)
 
     async def list(
         self,
@@ -105,27 +143,50 @@ class JobQueries:
         *,
         status: JobStatus | None = None,
         task: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> JobViewPage:
-        async def page_of(size: int) -> JobPage:
-            return await self._store.list_jobs(
-                tenant_id=tenant_id, status=status, task=task, limit=size, cursor=cursor
+    ) -> JobListPage:
+        """The tenant's jobs, newest first; with ``job_ids`` only those of them (an id
+        that is unknown or another tenant's is simply not there), at most
+        MAX_LIST_JOB_IDS."""
+        if job_ids is not None and len(job_ids) > MAX_LIST_JOB_IDS:
+            raise InvalidRequestError(f"at most {MAX_LIST_JOB_IDS} job ids in one list")
+        async with self._list_turns.turn(tenant_id):
+            return await self._page(
+                tenant_id, status=status, task=task, job_ids=job_ids, limit=limit, cursor=cursor
             )
 
-        page = await page_of(limit)
-        reads, fitting = await self._read_within_budget(page.jobs)
-        if fitting < len(page.jobs):
-            # The store alone knows how to continue after a given job: ask it for
-            # exactly the jobs that fit, and serve that page with its own cursor.
-            page = await page_of(fitting)
-        views: builtins.list[JobView] = []
-        for job in page.jobs:
-            read = reads.get((job.job_id, job.result_ref))
-            if read is None:  # changed between the two questions
-                read = await self._read(job)
-            views.append(JobView(job=job, result_json=read.data, result_error=read.error))
-        return JobViewPage(views=views, next_cursor=page.next_cursor)
+    async def _page(
+        self,
+        tenant_id: str,
+        *,
+        status: JobStatus | None,
+        task: str | None,
+        job_ids: Collection[str] | None,
+        limit: int,
+        cursor: str | None,
+    ) -> JobListPage:
+        page = await self._store.list_jobs(
+            tenant_id=tenant_id,
+            status=status,
+            task=task,
+            job_ids=job_ids,
+            limit=limit,
+            cursor=cursor,
+            max_bytes=self._list_max_bytes,
+        )
+        reads = await self._read_within_budget(
+            page.jobs, budget=self._list_max_bytes - page.listed_bytes
+        )
+        items = [
+            ListedJob(summary=summary, result_json=read.data, result_error=read.error)
+            for summary, read in zip(page.jobs, reads, strict=False)
+        ]
+        if len(items) < len(page.jobs):
+            # The results filled the page first: the next one starts after the last served.
+            return JobListPage(items=items, next_cursor=items[-1].summary.job_id)
+        return JobListPage(items=items, next_cursor=page.next_cursor)
 
     async def history(
         self, tenant_id: str, job_id: str
@@ -157,29 +218,28 @@ class JobQueries:
         return job
 
     async def _read_within_budget(
-        self, jobs: builtins.list[Job]
-    ) -> tuple[dict[tuple[str, str | None], _Read], int]:
-        """Read results in page order until they fill the byte budget; return what was
-        read and how many jobs fit (at least one)."""
-        reads: dict[tuple[str, str | None], _Read] = {}
-        total = fitting = 0
+        self, jobs: Sequence[JobSummary], *, budget: int
+    ) -> builtins.list[_Read]:
+        """The results of the first jobs, in page order, until they fill the budget
+        (always the first job's)."""
+        reads: builtins.list[_Read] = []
+        total = 0
         for start in range(0, len(jobs), _READS_AT_ONCE):
             chunk = jobs[start : start + _READS_AT_ONCE]
-            for job, read in zip(chunk, await asyncio.gather(*map(self._read, chunk)), strict=True):
-                if fitting > 0 and total + read.size > self._list_max_bytes:
-                    return reads, fitting
-                reads[(job.job_id, job.result_ref)] = read
+            for read in await asyncio.gather(*map(self._read, chunk)):
+                if reads and total + read.size > budget:
+                    return reads
+                reads.append(read)
                 total += read.size
-                fitting += 1
-        return reads, fitting
+        return reads
 
-    async def _read(self, job: Job) -> _Read:
+    async def _read(self, job: JobSummary) -> _Read:
         try:
             return _Read(data=await self._result_of(job))
         except _RESULT_ERRORS as exc:
             return _Read(error=exc)
 
-    async def _result_of(self, job: Job) -> bytes | None:
+    async def _result_of(self, job: Job | JobSummary) -> bytes | None:
         if job.status is not JobStatus.SUCCEEDED:
             return None
         if job.result_ref is None or job.attempt_id is None:

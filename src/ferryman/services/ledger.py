@@ -191,13 +191,28 @@ class JobLedger:
         return await self._store.create_many(batch, idempotency_expires_at=idempotency_expires_at)
 
     async def mark_dispatched(self, job_id: str, *, now: float, redispatch: bool = False) -> None:
-        """Its message was (re)sent now. A job gone meanwhile needs nothing."""
+        """Its message was (re)sent now. A job gone or finished meanwhile needs nothing."""
         try:
             await self._mutate(
                 job_id, lambda job: changes.mark_dispatched(job, now=now, redispatch=redispatch)
             )
         except JobNotFoundError:
             return
+
+    async def redispatch(self, job_id: str, *, now: float) -> bool:
+        """Send the job a new message in the transaction that records it (engines that
+        enqueue with the job), so a job that finished meanwhile gets neither a message
+        nor an event. False when nothing was sent (the job is gone or finished)."""
+        if not self._store.enqueues_with_job:
+            raise ValueError("this engine cannot send a message with a change")
+        try:
+            _, change = await self._mutate(
+                job_id,
+                lambda job: changes.mark_dispatched(job, now=now, redispatch=True, enqueue=True),
+            )
+        except JobNotFoundError:
+            return False
+        return change is not None
 
     # --- the worker ----------------------------------------------------------------
 
@@ -357,6 +372,29 @@ class JobLedger:
             ack=ack,
         )
 
+    async def wait_for_provider(
+        self,
+        job_id: str,
+        *,
+        attempt_id: str,
+        now: float,
+        error: JobError,
+        report: AttemptReport,
+        known: Job | None = None,
+        ack: str | None = None,
+    ) -> Job | None:
+        """The job goes back to the queue to wait for its paused provider, budgets
+        untouched (core.changes.wait_for_provider). ``ack`` goes only with a change that
+        ends the job (a cancel requested meanwhile wins)."""
+        return await self._owner_write(
+            job_id,
+            lambda job: changes.wait_for_provider(
+                job, attempt_id=attempt_id, now=now, error=error, report=report
+            ),
+            known=known,
+            ack=ack,
+        )
+
     async def fail(
         self,
         job_id: str,
@@ -476,7 +514,7 @@ class JobLedger:
     async def record_event(
         self, job_id: str, kind: EventKind, *, now: float, detail: dict[str, Any] | None = None
     ) -> None:
-        """Record an event about a job (nothing if the job is gone)."""
+        """Record an event about a job (nothing if the job is gone or finished)."""
         try:
             await self._mutate(
                 job_id, lambda job: changes.note(job, kind, now=now, detail=detail or {})
@@ -499,16 +537,20 @@ class JobLedger:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         return await self._store.list_jobs(
             tenant_id=tenant_id,
             status=status,
             task=task,
             error_code=error_code,
+            job_ids=job_ids,
             limit=limit,
             cursor=cursor,
+            max_bytes=max_bytes,
         )
 
     async def events(self, job_id: str) -> list[Event]:

@@ -137,6 +137,14 @@ class CallLimiter:
     def active(self) -> int:
         return self._active
 
+    @property
+    def token_balance(self) -> float | None:
+        """Model tokens the per-minute token budget holds as of its last use (negative:
+        spent ahead of its refill); None without a token budget."""
+        if self._tokens is None:
+            return None
+        return self._tokens.burst - self._tokens.seconds_until_full * self._tokens.rate_per_second
+
     def slot(self, *, estimated_tokens: int) -> Slot:
         """Wait for a place in the window, then for the learned pace and the request
         and token budgets (last, so calls leave at the pace, not in bursts).
@@ -211,7 +219,9 @@ class CallLimiter:
         pace holds calls back instead, the window was not what overloaded the provider
         (narrowing it too would cut throughput twice for one overload), nor is a
         success a reason to widen a window nobody waits for. The token budget learns
-        what the call really used. A throttle that says when to come back (Retry-After)
+        what the call really used; ``used_tokens`` None (a failed call, or an answer
+        that reported no usage) keeps the call's estimate spent, never refunds it as if
+        the call had used nothing. A throttle that says when to come back (Retry-After)
         holds every call until then: the provider has said the calls in between would
         be refused."""
         now = time.monotonic()

@@ -6,12 +6,15 @@ layer checks); every replay, pause and resume records who asked and why.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ferryman.core.errors import (
+    DeadLetterNotFoundError,
     FerrymanError,
     IllegalTransitionError,
+    InvalidRequestError,
     JobNotFoundError,
     ResultsUnavailableError,
 )
@@ -21,8 +24,8 @@ from ferryman.ports.queue import QueueMessage
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
-    from ferryman.ports.control import ControlStore, Switch
-    from ferryman.ports.queue import JobQueue, QueueStats
+    from ferryman.ports.control import ControlStore, ProviderPause, Switch
+    from ferryman.ports.queue import JobQueue, QueueStats, UndecodableLetter
     from ferryman.ports.store import JobPage
     from ferryman.services.ledger import JobLedger
     from ferryman.services.results import ResultWriter
@@ -33,6 +36,18 @@ class ReplayReport:
     replayed: list[str] = field(default_factory=list)
     # (job_id, why it was not replayed)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodablePage:
+    letters: list[UndecodableLetter]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeOfLetters:
+    purged: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +84,48 @@ class Operations:
             limit=limit,
             cursor=cursor,
         )
+
+    async def undecodable_letters(
+        self, limit: int = 50, cursor: str | None = None
+    ) -> UndecodablePage:
+        """Dead letters whose body names no job (no worker can read them, so no job was
+        failed for them), oldest first: for an operator to read and purge."""
+        after = None if cursor is None else _letter_position(cursor)
+        letters = await self._queue.undecodable_letters(limit=limit, after=after)
+        last = letters[-1] if len(letters) == limit else None
+        next_cursor = (
+            None if last is None else _letter_cursor(last.dead_lettered_at, last.dead_letter_id)
+        )
+        return UndecodablePage(letters=letters, next_cursor=next_cursor)
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter:
+        """Raises DeadLetterNotFoundError (also for a job's letter: the sweeper's)."""
+        letter = await self._queue.undecodable_letter(dead_letter_id)
+        if letter is None:
+            raise DeadLetterNotFoundError()
+        return letter
+
+    async def purge_undecodable(
+        self, dead_letter_ids: list[str], *, actor: str, reason: str
+    ) -> PurgeOfLetters:
+        """Delete these undecodable letters, each recorded in the audit log; an id that
+        names none (or a job's letter) is listed as not found and left alone."""
+        report = PurgeOfLetters()
+        for dead_letter_id in dict.fromkeys(dead_letter_ids):
+            if not await self._queue.delete_undecodable_letter(dead_letter_id):
+                report.not_found.append(dead_letter_id)
+                continue
+            report.purged.append(dead_letter_id)
+            await self._control.record_audit(
+                AuditRecord(
+                    at=self._clock.now(),
+                    actor=actor,
+                    action=AuditAction.PURGE_DEAD_LETTER,
+                    target=dead_letter_id,
+                    reason=reason,
+                )
+            )
+        return report
 
     async def replay(
         self, job_ids: list[str], *, actor: str, reason: str, include_failed: bool = False
@@ -130,6 +187,11 @@ class Operations:
             provider, paused, actor=actor, now=self._clock.now(), reason=reason
         )
 
+    async def provider_pauses(self) -> dict[str, ProviderPause]:
+        """Every paused provider: who paused it (an operator, or a worker automatically),
+        since when, why, and when an automatic pause is probed next."""
+        return await self._control.provider_pauses()
+
     async def paused_names(self) -> list[str]:
         """Everything paused now: ``intake``, ``workers``, ``provider:NAME``."""
         switches = [str(switch) for switch in await self._control.paused()]
@@ -172,3 +234,23 @@ class Operations:
 
     async def queue_stats(self) -> QueueStats:
         return await self._queue.stats()
+
+
+def _letter_cursor(dead_lettered_at: float, dead_letter_id: str) -> str:
+    """A page cursor: where the page ended, exactly (``repr`` of a float is the shortest
+    text that reads back as the same float, so a letter dead-lettered at the same
+    instant is neither lost nor repeated). LETTER_CURSOR_PATTERN describes it."""
+    return f"{dead_lettered_at!r}~{dead_letter_id}"
+
+
+# What ``_letter_cursor`` writes for a time after 1970 and a ``dl_`` id, and all the
+# HTTP layer lets through: any text it matches reads back as a position.
+LETTER_CURSOR_PATTERN = r"^[0-9]{1,12}\.[0-9]{1,17}~dl_[0-9a-f]{1,64}$"
+
+
+def _letter_position(cursor: str) -> tuple[float, str]:
+    """Raises InvalidRequestError for a cursor this list did not give."""
+    at, tilde, dead_letter_id = cursor.partition("~")
+    if re.fullmatch(LETTER_CURSOR_PATTERN, cursor) is None or not tilde:
+        raise InvalidRequestError("the cursor is not a next_cursor this list gave")
+    return float(at), dead_letter_id

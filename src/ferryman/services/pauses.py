@@ -1,8 +1,9 @@
 """Which providers are paused: a worker looks before it claims a job for one.
 
-A provider is paused when it refused our credentials (a worker pauses it; every other
-job would be refused too) or by an operator; it stays paused until resumed. A worker
-reads the set at most once a second.
+A provider is paused by an operator, or automatically when it is shown to refuse our
+credentials (services/probes.py: then it is probed again and resumed by itself). A
+worker reads the set at most once a second. A job waiting for a paused provider says
+so when it is read (``WaitReasons``), computed then, never written to the job.
 """
 
 from __future__ import annotations
@@ -10,11 +11,18 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ferryman.core.errors import ProviderError
+from ferryman.core.job import JobStatus
+
 if TYPE_CHECKING:
-    from ferryman.ports.control import ControlStore
+    from ferryman.core.job import Job
+    from ferryman.ports.control import ControlStore, ProviderPause
+    from ferryman.services.catalog import ModelCatalog
 
 # How long a worker trusts its last look at which providers are paused.
 PAUSES_CACHE_SECONDS = 1.0
+# A job for a paused provider comes back this much later to look again.
+PAUSED_PROVIDER_RECHECK_SECONDS = 30.0
 
 
 class ProviderPauses:
@@ -46,3 +54,30 @@ class ProviderPauses:
     def mark_paused(self, provider: str) -> None:
         """This worker paused it: no need to wait for the next look to know."""
         self._paused = self._paused | {provider}
+
+    def mark_resumed(self, provider: str) -> None:
+        """This worker resumed it (its probe passed)."""
+        self._paused = self._paused - {provider}
+
+
+# Jobs that wait to be run (not running, not finished): a paused provider holds them.
+_WAITING = frozenset({JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED})
+
+
+class WaitReasons:
+    """Why a waiting job is not being run: the pause of the provider behind its model
+    (the one it moved to, after a fallback), read when asked, never written to jobs."""
+
+    def __init__(self, *, catalog: ModelCatalog, control: ControlStore) -> None:
+        self._catalog = catalog
+        self._control = control
+
+    async def of(self, job: Job) -> ProviderPause | None:
+        """The pause holding ``job`` (queued or waiting for a retry), or None."""
+        if job.status not in _WAITING:
+            return None
+        try:
+            provider = self._catalog.route_at(job.model, job.fallback_level).provider.name
+        except ProviderError:
+            return None  # a model this process does not know: nothing to say about it
+        return (await self._control.provider_pauses()).get(provider)

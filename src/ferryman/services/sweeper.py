@@ -6,11 +6,20 @@ Two sources of stranded jobs:
   caller polls a running job forever; an operator can replay it;
 - stalled jobs whose message is gone or was never sent (outbox gap, expired
   lease with its message dead-lettered while a live owner still held the job):
-  the sweeper sends a new message. Duplicates are harmless, since a job id, not a
-  message, is the identity, and a claim admits only one owner; and a crash loop
-  stays bounded because deliveries without an outcome are counted on the job.
+  the sweeper sends a new message. A job whose message is still queued is not
+  stalled, however long it waits for a free worker (JobStore.stalled): its next
+  delivery takes it over. Where the engine can, the message goes in the same
+  transaction as the REDISPATCHED event, so a job that finished meanwhile gets
+  neither. Duplicates are harmless, since a job id, not a message, is the identity,
+  and a claim admits only one owner; and a crash loop stays bounded because
+  deliveries without an outcome are counted on the job.
 With a retention period set, it also purges finished jobs older than that.
 Running several sweepers at once is safe: every change is a conditional write.
+
+A dead letter whose body no worker can read names no job to fail; it stays in the
+dead-letter queue for an operator. Each sweeper logs every such letter once
+(``queue.undecodable_dead_letter``, without its body), the first round all it finds,
+so one is never seen only as a dead-letter count that no job list explains.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ class SweepReport:
     dead_lettered: int = 0
     redispatched: int = 0
     purged: int = 0
+    # Undecodable dead letters this sweeper logged for the first time.
+    undecodable: int = 0
 
 
 class Sweeper:
@@ -67,6 +78,8 @@ class Sweeper:
         self._stalled_after_seconds = stalled_after_seconds
         self._retention = retention
         self._retention_seconds = retention_seconds
+        # The last undecodable letter logged (dead_lettered_at, id): each is logged once.
+        self._undecodable_logged: tuple[float, str] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -87,9 +100,28 @@ class Sweeper:
 
     async def sweep_once(self) -> SweepReport:
         dead = await self._fail_dead_letters()
+        undecodable = await self._log_undecodable_letters()
         redispatched = await self._redispatch_stalled()
         purged = await self._purge_old()
-        return SweepReport(dead_lettered=dead, redispatched=redispatched, purged=purged)
+        return SweepReport(
+            dead_lettered=dead, redispatched=redispatched, purged=purged, undecodable=undecodable
+        )
+
+    async def _log_undecodable_letters(self) -> int:
+        letters = await self._queue.undecodable_letters(limit=BATCH, after=self._undecodable_logged)
+        for letter in letters:
+            log.warning(
+                "queue.undecodable_dead_letter",
+                dead_letter_id=letter.dead_letter_id,
+                body_bytes=len(letter.body.encode("utf-8", "surrogatepass")),
+                receive_count=letter.receive_count,
+                hint="no worker can read it; see `ferryman dlq list`, remove it with "
+                "`ferryman dlq purge`",
+            )
+        if letters:
+            last = letters[-1]
+            self._undecodable_logged = (last.dead_lettered_at, last.dead_letter_id)
+        return len(letters)
 
     async def _purge_old(self) -> int:
         if self._retention is None or self._retention_seconds is None:
@@ -142,8 +174,15 @@ class Sweeper:
         stalled = await self._store.stalled(
             now=now, older_than_seconds=self._stalled_after_seconds, limit=BATCH
         )
+        sent = 0
         for job in stalled:
-            await self._queue.send(QueueMessage.for_job(job))
-            await self._store.mark_dispatched(job.job_id, now=now, redispatch=True)
+            if self._store.enqueues_with_job:
+                # The message goes with the change: none for a job finished meanwhile.
+                if not await self._store.redispatch(job.job_id, now=now):
+                    continue
+            else:
+                await self._queue.send(QueueMessage.for_job(job))
+                await self._store.mark_dispatched(job.job_id, now=now, redispatch=True)
             metrics.REDISPATCHED.inc()
-        return len(stalled)
+            sent += 1
+        return sent

@@ -4,7 +4,10 @@ Every attempt records its tokens and its cost (from its model alias's prices), s
 report is a sum over attempts. "Wasted" cost is what the durability machinery and
 failures cost: calls whose result is not the job's published one (retries, lost
 leases, abandoned or cancelled attempts, final failures). A crashed attempt never
-reported its tokens, so its cost is unknown and counted as nothing.
+reported its tokens, so its cost is unknown and counted as nothing. An answer that
+reported no usage is unknown too: its tokens and cost are null on the attempt, left out
+of the sums, and counted in ``unknown_usage_calls``, so a report never passes an unknown
+off as 0 tokens and $0.
 """
 
 from __future__ import annotations
@@ -74,4 +77,5 @@ def _total(rows: list[UsageRow]) -> UsageRow:
         output_tokens=sum(r.output_tokens for r in rows),
         cost_nano_usd=sum(r.cost_nano_usd for r in rows),
         wasted_nano_usd=sum(r.wasted_nano_usd for r in rows),
+        unknown_usage_calls=sum(r.unknown_usage_calls for r in rows),
     )

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.services.limiter import CallBudget
+    from ferryman.services.probes import ProbeSchedule
     from ferryman.services.results import ResultWriter
     from ferryman.tasks import TaskRegistry
 
@@ -88,6 +89,8 @@ class Worker:
         cancel_check_seconds: float = 0.5,
         budgets: Mapping[str, CallBudget] | None = None,
         shared_limits: SharedLimits | None = None,
+        provider_timeouts: Mapping[str, float] | None = None,
+        probe_schedule: ProbeSchedule | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -122,7 +125,9 @@ class Worker:
             lease=lease,
             timeouts=AttemptTimeouts(
                 provider_timeout_seconds=provider_timeout_seconds,
-                attempt_timeout_seconds=attempt_timeout_seconds or provider_timeout_seconds * 1.5,
+                attempt_timeout_seconds=attempt_timeout_seconds
+                or max([provider_timeout_seconds, *(provider_timeouts or {}).values()]) * 1.5,
+                per_provider=dict(provider_timeouts or {}),
             ),
             limiters=Limiters(
                 budgets or {}, max_concurrency=concurrency, shared=shared_limits, member=worker_id
@@ -135,7 +140,11 @@ class Worker:
             runner=self._runner,
             clock=clock,
             settings=DeliverySettings(
-                lease=lease, retry=retry, worker_id=worker_id, max_receives=max_receives
+                lease=lease,
+                retry=retry,
+                worker_id=worker_id,
+                max_receives=max_receives,
+                probe_schedule=probe_schedule,
             ),
             failpoints=failpoints,
             catalog=catalog,
@@ -174,12 +183,15 @@ class Worker:
                 watcher_stop, interval_seconds=self._cancel_check_seconds
             )
         )
+        # Providers paused automatically are probed again, and resumed, from here.
+        prober = asyncio.create_task(self._handler.probes.run(watcher_stop))
         try:
             await self._receive_until(stop)
         finally:
             await self._drain()
             watcher_stop.set()
             await watcher
+            await prober
             log.info("worker.stopped", worker_id=self.worker_id)
 
     async def _paused_or_unreadable(self) -> bool:

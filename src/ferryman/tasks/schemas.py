@@ -130,9 +130,9 @@ def checked_schema(schema: object, *, where: str) -> dict[str, Any]:
 class SchemaInput:
     """A task input checked by a JSON Schema; the render function gets the dict.
 
-    Like every task input it refuses unknown fields (``additionalProperties: false``
-    is added at the top level when the schema says nothing about them) and may carry
-    the sim's ``simulate`` block, which is checked by ferryman, not by the schema.
+    Like every task input it refuses unknown fields, at every depth (``closed_objects``),
+    and may carry the sim's ``simulate`` block, which is checked by ferryman, not by
+    the schema.
     """
 
     def __init__(self, schema: dict[str, Any], *, where: str) -> None:
@@ -141,9 +141,7 @@ class SchemaInput:
             raise TaskDefinitionError(f"{where}: the input field 'simulate' is ferryman's own")
         if _SIMULATE_DEF in schema.get("$defs", {}):
             raise TaskDefinitionError(f"{where}: the $defs name {_SIMULATE_DEF!r} is reserved")
-        closed = dict(schema)
-        if not {"additionalProperties", "unevaluatedProperties", "patternProperties"} & set(closed):
-            closed["additionalProperties"] = False
+        closed = closed_objects(schema)
         self._closed = closed
         self._validator = Draft202012Validator(closed)
         self._schema = _with_simulate(closed)
@@ -184,6 +182,91 @@ class SchemaInput:
         if errors:
             raise InvalidRequestError(f"the input is {what}", errors=errors[:MAX_INPUT_ERRORS])
         return given
+
+
+# An object with one of these says itself which other fields it takes.
+_OPENNESS = ("additionalProperties", "unevaluatedProperties", "patternProperties")
+# Subschemas applied to the node's own instance: parts of its shape, not shapes.
+_IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("then", "else")
+# Subschemas that hold shapes of their own (a field's value, an array's item, a
+# definition). Those under not, if, contains and propertyNames are conditions, never
+# closed: closing one would change what matches, not close a shape.
+_SHAPES_MAP = ("properties", "patternProperties")
+_SHAPES_ONE = ("items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems")
+
+
+def closed_objects(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` in which every object refuses fields it does not declare,
+    as a task's input does: each object subschema (``"type": "object"`` or
+    ``properties``) that names none of ``_OPENNESS`` gets ``additionalProperties:
+    false``, or ``unevaluatedProperties: false`` when it is made of parts (``allOf``,
+    ``anyOf``, ``oneOf``, ``$ref``, ``if``...), which sees the fields its parts declare.
+
+    The parts themselves stay open (closing each part of an ``allOf`` would refuse the
+    other parts' fields): the branches of an object's ``allOf``/``anyOf``/``oneOf``,
+    its ``then``/``else``, and a ``$defs`` entry used in an ``allOf`` or beside
+    ``properties``. The alternatives of something that is not itself an object (a
+    field that is an object or null) are whole shapes, and closed."""
+    closed = _copy(schema)
+    parts = _definitions_used_as_parts(closed)
+    pending: list[tuple[Any, bool]] = [(closed, True)]
+    while pending:
+        node, whole = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        if whole and _describes_object(node) and not any(key in node for key in _OPENNESS):
+            composed = "$ref" in node or "if" in node or "dependentSchemas" in node
+            composed = composed or any(key in node for key in _IN_PLACE_MANY)
+            node["unevaluatedProperties" if composed else "additionalProperties"] = False
+        pending.extend(_closable_children(node, parts))
+    return closed
+
+
+def _closable_children(node: dict[str, Any], parts: set[str]) -> list[tuple[Any, bool]]:
+    """Each subschema of ``node`` and whether it is a whole shape (closed if an object)."""
+    is_object = _describes_object(node)
+    children: list[tuple[Any, bool]] = [(node.get(key), True) for key in _SHAPES_ONE]
+    for key in _SHAPES_MAP:
+        named = node.get(key)
+        if isinstance(named, dict):
+            children.extend((child, True) for child in named.values())
+    definitions = node.get("$defs")
+    if isinstance(definitions, dict):
+        children.extend((child, name not in parts) for name, child in definitions.items())
+    prefix = node.get("prefixItems")
+    if isinstance(prefix, list):
+        children.extend((child, True) for child in prefix)
+    for key in _IN_PLACE_MANY:
+        branches = node.get(key)
+        if isinstance(branches, list):
+            children.extend((child, key != "allOf" and not is_object) for child in branches)
+    children.extend((node.get(key), False) for key in _IN_PLACE_ONE)
+    dependent = node.get("dependentSchemas")
+    if isinstance(dependent, dict):
+        children.extend((child, False) for child in dependent.values())
+    return children
+
+
+def _describes_object(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node
+
+
+def _definitions_used_as_parts(schema: dict[str, Any]) -> set[str]:
+    """The ``$defs`` names referenced from an ``allOf`` branch or by a ``$ref`` beside
+    ``properties``: parts of another object's shape."""
+    parts: set[str] = set()
+    for _, node in iter_subschemas(schema):
+        refs = [node.get("$ref")] if "properties" in node else []
+        branches = node.get("allOf")
+        if isinstance(branches, list):
+            refs.extend(branch.get("$ref") for branch in branches if isinstance(branch, dict))
+        for ref in refs:
+            found = _LOCAL_REF.fullmatch(ref) if isinstance(ref, str) else None
+            if found is not None:
+                parts.add(found.group(1))
+    return parts
 
 
 class SchemaOutput:

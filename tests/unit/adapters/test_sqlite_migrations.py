@@ -81,7 +81,11 @@ def test_a_schema_newer_than_this_code_is_refused(tmp_path) -> None:
 async def test_a_new_file_and_its_directory_are_the_owners_only(tmp_path) -> None:
     path = tmp_path / "private" / "f.db"
     db = await SqliteDatabase.open(path)
-    await db.write(lambda conn: conn.execute("INSERT INTO control VALUES ('x', 0, 'a', 0)"))
+    await db.write(
+        lambda conn: conn.execute(
+            "INSERT INTO control (switch, paused, actor, updated_at) VALUES ('x', 0, 'a', 0)"
+        )
+    )
     try:
         for made in (path, path.with_name("f.db-wal")):
             assert stat.S_IMODE(made.stat().st_mode) == 0o600, made

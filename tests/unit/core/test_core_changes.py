@@ -34,6 +34,9 @@ NOW = 1_700_000_100.0
 LEASE_UNTIL = NOW + 60.0
 OWNER = "att_owner"
 TRANSIENT = JobError(code="timeout", failure_class=FailureClass.TRANSIENT, message="slow")
+UNAUTHORIZED = JobError(
+    code="unauthorized", failure_class=FailureClass.UNAUTHORIZED, message="key refused"
+)
 INVALID = JobError(code="invalid_output", failure_class=FailureClass.INVALID_OUTPUT, message="x")
 DELIVERY = JobError(code="poison", failure_class=FailureClass.DELIVERY, message="crash loop")
 REPORT = AttemptReport(
@@ -145,6 +148,12 @@ TRANSITIONS: dict[str, tuple[Callable[[Jobs], Job], Callable[[Job], Change | Non
     "fail": (
         Jobs.owned,
         lambda job: changes.fail(job, attempt_id=OWNER, now=NOW, error=TRANSIENT, report=REPORT),
+    ),
+    "wait_for_provider": (
+        Jobs.owned,
+        lambda job: changes.wait_for_provider(
+            job, attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
+        ),
     ),
     "finish_cancelled": (
         lambda jobs: jobs.owned(cancel_requested=True),
@@ -437,6 +446,53 @@ def test_schedule_retry_says_when_and_why(jobs: Jobs) -> None:
     assert change.backlog_delta == 0
 
 
+def test_a_job_waits_for_its_paused_provider_in_the_queue_spending_nothing(jobs: Jobs) -> None:
+    job = jobs.owned(failure_count=2, invalid_output_count=1, deliveries_without_outcome=1)
+
+    change = changes.wait_for_provider(
+        job, attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
+    )
+
+    after = change.after
+    assert facts(after) == facts(
+        dataclasses.replace(
+            job,
+            status=JobStatus.QUEUED,
+            error=UNAUTHORIZED,
+            attempt_id=None,
+            worker_id=None,
+            lease_until=None,
+            not_before=None,
+            updated_at=NOW,
+        )
+    )
+    assert (after.failure_count, after.invalid_output_count) == (2, 1)  # untouched
+    assert after.deliveries_without_outcome == 1
+    assert after.fence == job.fence
+    assert change.closed == (ending(),)
+    [event] = change.events
+    assert event.kind is EventKind.RELEASED
+    assert event.detail == {
+        "attempt_id": OWNER,
+        "reason": "provider_paused",
+        "error_code": "unauthorized",
+        "failure_class": "UNAUTHORIZED",
+    }
+    assert change.backlog_delta == 0
+    assert change.enqueue is False  # its message is put back by the worker, not sent anew
+
+
+def test_only_the_owner_gives_a_job_back_to_wait_for_its_provider(jobs: Jobs) -> None:
+    with pytest.raises(StaleFenceError):
+        changes.wait_for_provider(
+            jobs.owned(), attempt_id="att_other", now=NOW, error=UNAUTHORIZED, report=REPORT
+        )
+    with pytest.raises(StaleFenceError):
+        changes.wait_for_provider(
+            jobs.expired(), attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
+        )
+
+
 def test_a_retry_on_a_fallback_model_starts_its_budgets_afresh(jobs: Jobs) -> None:
     job = jobs.owned(failure_count=4, invalid_output_count=1, fallback_level=1)
 
@@ -488,6 +544,9 @@ OWNER_ENDINGS: dict[str, Callable[[Job], Change]] = {
     ),
     "fail": lambda job: changes.fail(
         job, attempt_id=OWNER, now=NOW, error=TRANSIENT, report=REPORT
+    ),
+    "wait_for_provider": lambda job: changes.wait_for_provider(
+        job, attempt_id=OWNER, now=NOW, error=UNAUTHORIZED, report=REPORT
     ),
     "finish_cancelled": lambda job: changes.finish_cancelled(
         job, attempt_id=OWNER, now=NOW, report=REPORT
@@ -851,3 +910,68 @@ def test_a_change_that_keeps_the_job_still_gives_a_new_revision_of_its_own(
         change.expected_revision,
         before.revision + 1,
     )
+
+
+# --- a finished job's history ends with its terminal event ------------------------------
+
+
+def _finished(jobs: Jobs) -> list[Job]:
+    return [
+        jobs.failed(),
+        jobs.waiting(status=JobStatus.SUCCEEDED, result_ref="r", completed_at=NOW - 5),
+        jobs.waiting(status=JobStatus.CANCELLED, completed_at=NOW - 5),
+    ]
+
+
+@pytest.mark.parametrize("redispatch", [True, False])
+def test_a_finished_job_is_not_dispatched_again(redispatch: bool, jobs: Jobs) -> None:
+    for job in _finished(jobs):
+        assert changes.mark_dispatched(job, now=NOW, redispatch=redispatch) is None
+        assert changes.mark_dispatched(job, now=NOW, redispatch=True, enqueue=True) is None
+
+
+def test_a_duplicate_delivery_of_a_finished_job_is_not_noted(jobs: Jobs) -> None:
+    for job in _finished(jobs):
+        assert changes.note(job, EventKind.DUPLICATE_DELIVERY, now=NOW, detail={}) is None
+
+
+def test_a_redispatch_can_carry_its_message(jobs: Jobs) -> None:
+    change = changes.mark_dispatched(jobs.waiting(), now=NOW, redispatch=True, enqueue=True)
+
+    assert change is not None
+    assert change.enqueue is True
+    assert kinds(change) == [EventKind.REDISPATCHED]
+
+
+def test_a_lost_lease_on_a_finished_job_explains_the_attempt_without_an_event(
+    jobs: Jobs,
+) -> None:
+    report = AttemptReport(outcome=AttemptOutcome.LEASE_LOST, latency_ms=99, input_tokens=7)
+    for job in _finished(jobs):
+        change = changes.lease_lost(job, _attempt(None), now=NOW, report=report)
+
+        assert change is not None
+        assert change.events == ()
+        assert change.closed == (ending(report, replaces_abandoned=True),)
+        assert facts(change.after) == facts(job)
+
+
+def test_no_transition_adds_an_event_after_a_terminal_one(jobs: Jobs) -> None:
+    """Every transition, offered a finished job, refuses, wants nothing, or writes no
+    event: only a replay (which makes the job unfinished again) continues a history."""
+    for name, (_, transition) in TRANSITIONS.items():
+        for job in _finished(jobs):
+            try:
+                change = transition(job)
+            except (IllegalTransitionError, StaleFenceError):
+                continue
+            if change is None or not change.after.status.terminal:
+                continue
+            assert change.events == (), f"{name} wrote {kinds(change)} after {job.status}"
+
+
+def test_the_rule_holds_for_any_change_core_makes(jobs: Jobs) -> None:
+    # The guard itself: an event after a terminal one is refused where changes are made.
+    job = jobs.failed()
+    with pytest.raises(IllegalTransitionError, match="ends with its terminal event"):
+        changes._change(job, job, now=NOW, events=[(EventKind.DUPLICATE_DELIVERY, {})])

@@ -51,6 +51,7 @@ def test_an_explicit_message_wins() -> None:
         (errors.ProviderBadRequestError, FailureClass.INVALID_REQUEST),
         (errors.ContextLengthExceededError, FailureClass.INVALID_REQUEST),
         (errors.ProviderUnauthorizedError, FailureClass.UNAUTHORIZED),
+        (errors.AccountRefusedError, FailureClass.UNAUTHORIZED),
         (errors.SafetyRejectedError, FailureClass.SAFETY_REJECTED),
     ],
 )
@@ -63,7 +64,7 @@ def test_provider_errors_carry_their_failure_class(
 
 def test_every_provider_error_subclass_is_mapped() -> None:
     subclasses = {cls for cls in ALL_ERRORS if issubclass(cls, ProviderError)} - {ProviderError}
-    assert len(subclasses) == 8
+    assert len(subclasses) == 9
 
 
 def test_provider_errors_keep_retry_after_and_request_id() -> None:

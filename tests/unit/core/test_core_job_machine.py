@@ -65,7 +65,6 @@ class JobLifecycle(RuleBasedStateMachine):
         self.not_before: float | None = None
         self.cancel_requested = False
         self.claims = 0
-        self.attempts_in_series = 0
         self.published_in_series = 0
         self.published_ever = 0
         self.last_fence = 0
@@ -168,7 +167,6 @@ class JobLifecycle(RuleBasedStateMachine):
         self.status, self.owner, self.lease_until = JobStatus.PROCESSING, attempt_id, lease_until
         self.not_before = None
         self.claims += 1
-        self.attempts_in_series += 1
 
     @rule(choice=attempts, lease=leases)
     def renew(self, choice: str | int, lease: float) -> None:
@@ -309,6 +307,37 @@ class JobLifecycle(RuleBasedStateMachine):
         )
         self.status, self.owner, self.lease_until = JobStatus.QUEUED, None, None
 
+    @rule(choice=attempts)
+    def wait_for_provider(self, choice: str | int) -> None:
+        """The owner's provider refuses our credentials: the job waits in the queue again,
+        owned by nobody, with the refusal as its error and its budgets untouched."""
+        attempt_id = self.pick(choice)
+        error = JobError(code="unauthorized", failure_class=FailureClass.UNAUTHORIZED, message="m")
+
+        def call() -> Job:
+            return jobs.wait_for_provider(
+                self.job, attempt_id=attempt_id, now=self.now, error=error
+            )
+
+        if not self.owns(attempt_id):
+            self.refused(StaleFenceError, call)
+            return
+        before = self.job
+        after = self.applied(call)
+        self.expect(
+            before,
+            after,
+            status=JobStatus.QUEUED,
+            error=error,
+            attempt_id=None,
+            worker_id=None,
+            lease_until=None,
+            not_before=None,
+            updated_at=self.now,
+        )
+        self.status, self.owner, self.lease_until = JobStatus.QUEUED, None, None
+        self.not_before = None
+
     @rule()
     def request_cancel(self) -> None:
         def call() -> Job:
@@ -407,14 +436,14 @@ class JobLifecycle(RuleBasedStateMachine):
             return
         before = self.job
         after = self.applied(call, replaying=True)
-        # A new series: its counters and ownership start afresh, its message is not yet
-        # known to exist; the fence is kept, so a replay never reuses an attempt number.
+        # A new series: its budgets and ownership start afresh, its message is not yet
+        # known to exist; the fence and the attempt count are kept, so a replay never
+        # reuses an attempt number and the job's count agrees with its attempt list.
         self.expect(
             before,
             after,
             status=JobStatus.QUEUED,
             dispatch_state=DispatchState.PENDING,
-            attempt_count=0,
             failure_count=0,
             invalid_output_count=0,
             deliveries_without_outcome=0,
@@ -435,7 +464,6 @@ class JobLifecycle(RuleBasedStateMachine):
             None,
         )
         self.cancel_requested = False
-        self.attempts_in_series = 0
         self.published_in_series = 0
         self.takeovers_in_series = 0
         self.failures_in_series = 0
@@ -475,9 +503,10 @@ class JobLifecycle(RuleBasedStateMachine):
         self.last_fence = self.job.fence
 
     @invariant()
-    def attempts_are_bounded_by_the_fence(self) -> None:
-        assert self.job.attempt_count == self.attempts_in_series
-        assert self.job.attempt_count <= self.job.fence
+    def attempts_are_counted_across_replays(self) -> None:
+        """Every claim is an attempt, numbered by the fence: the count a job shows is
+        its latest attempt's number, whatever replays started new series."""
+        assert self.job.attempt_count == self.claims == self.job.fence
 
     @invariant()
     def deliveries_without_outcome_count_takeovers(self) -> None:

@@ -37,18 +37,27 @@ def _event(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
 
+def _usage(reported: bool, **block: int) -> dict[str, Any]:
+    """A ``usage`` entry, or nothing for a server that reports no usage."""
+    return {"usage": block} if reported else {}
+
+
 def message(
     answer: str | None = '{"ok": true}',
     *,
     stop_reason: str = "tool_use",
-    usage: tuple[int, int] = (21, 9),
+    usage: tuple[int, int] | None = (21, 9),
     text: str | None = None,
     gap: float = 0.0,
     stall_after: int | None = None,
     fail_after: int | None = None,
     drop_end: bool = False,
 ) -> Reply:
-    """A message whose forced tool call carries ``answer`` (JSON text, possibly cut off)."""
+    """A message whose forced tool call carries ``answer`` (JSON text, possibly cut off).
+    ``usage`` None: a server that reports no usage at all (every usage block left out)."""
+
+    reported = usage is not None
+    used = usage or (0, 0)
 
     def reply(body: dict[str, Any]) -> Response:
         tool = body["tool_choice"]["name"]
@@ -75,7 +84,7 @@ def message(
                     "content": content,
                     "stop_reason": stop_reason,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+                    **_usage(reported, input_tokens=used[0], output_tokens=used[1]),
                 },
                 headers=headers,
             )
@@ -91,7 +100,7 @@ def message(
                         "content": [],
                         "stop_reason": None,
                         "stop_sequence": None,
-                        "usage": {"input_tokens": usage[0], "output_tokens": 1},
+                        **_usage(reported, input_tokens=used[0], output_tokens=1),
                     }
                 },
             )
@@ -146,7 +155,7 @@ def message(
                     "message_delta",
                     {
                         "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                        "usage": {"output_tokens": usage[1]},
+                        **_usage(reported, output_tokens=used[1]),
                     },
                 )
             )

@@ -60,22 +60,27 @@ def answer(
     *,
     finish: str = "stop",
     refusal: str | None = None,
-    usage: tuple[int, int] = (11, 7),
+    usage: tuple[int, int] | None = (11, 7),
     gap: float = 0.0,
     stall_after: int | None = None,
     fail_after: int | None = None,
     drop_end: bool = False,
     pieces: int = 3,
 ) -> Reply:
-    """A successful answer, streamed when the request asked for a stream."""
+    """A successful answer, streamed when the request asked for a stream. ``usage``
+    None: a server that reports no usage (no ``usage`` in its body, no usage chunk)."""
 
     def reply(body: dict[str, Any]) -> Response:
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:12]}"
-        usage_block = {
-            "prompt_tokens": usage[0],
-            "completion_tokens": usage[1],
-            "total_tokens": usage[0] + usage[1],
-        }
+        usage_block = (
+            None
+            if usage is None
+            else {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": usage[0] + usage[1],
+            }
+        )
         if not body.get("stream"):
             message = {"role": "assistant", "content": content, "refusal": refusal}
             return JSONResponse(
@@ -87,7 +92,7 @@ def answer(
                     "choices": [
                         {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
                     ],
-                    "usage": usage_block,
+                    **({} if usage_block is None else {"usage": usage_block}),
                 },
                 headers=_headers(),
             )
@@ -127,7 +132,7 @@ def answer(
             )
         if not drop_end:
             chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if usage_block is not None and (body.get("stream_options") or {}).get("include_usage"):
                 chunks.append({**base, "choices": [], "usage": usage_block})
             chunks.append("[DONE]")
         return _stream(_sse(chunks), gap=gap, stall_after=stall_after, fail_after=fail_after)

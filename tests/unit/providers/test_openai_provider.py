@@ -12,6 +12,7 @@ from asgi_streaming import StreamingASGITransport
 from sample_requests import SECRET_PROMPT, VALID_TICKET, classify_request
 
 from ferryman.core.errors import (
+    AccountRefusedError,
     ContextLengthExceededError,
     FailureClass,
     ProviderBadRequestError,
@@ -127,7 +128,8 @@ ERRORS = [
         ThrottledError,
         360.0,
     ),
-    (fake.error(429, "insufficient_quota", "insufficient_quota"), ProviderUnauthorizedError, None),
+    # A 429 no wait mends: the account, not the key (it pauses the provider at once).
+    (fake.error(429, "insufficient_quota", "insufficient_quota"), AccountRefusedError, None),
     (fake.error(500, "server_error"), ProviderServerError, None),
     (fake.error(502, None), ProviderServerError, None),
     (fake.error(503, "server_error", headers={"retry-after": "2"}), ProviderServerError, 2.0),

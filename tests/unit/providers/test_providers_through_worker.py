@@ -34,13 +34,17 @@ class Rig:
     script: dict[str, Any]
     server: Any = None  # the fake HTTP API, or
     stub: Stubber | None = None  # the Stubber behind a boto3 client
+    # How to make a probe of the provider (its check) pass or be refused.
+    probe: dict[str, Any] | None = None
 
-    def answer(self, scenario: str) -> None:
+    def answer(self, scenario: str, *, probe: str = "accepted") -> None:
         reply = self.script[scenario]
         if self.stub is None:
             self.server.then(reply)
         else:
             reply(self.stub)
+        if self.probe is not None:
+            self.probe[probe]()
 
 
 def _openai(openai_server, openai_provider) -> Rig:
@@ -55,7 +59,18 @@ def _openai(openai_server, openai_provider) -> Rig:
         "safety": fake_openai.answer(None, refusal="no"),
         "truncated": fake_openai.answer('{"category": "bil', finish="length"),
     }
-    return Rig(provider=openai_provider(), script=script, server=openai_server)
+
+    def models(reply):
+        def set_reply() -> None:
+            openai_server.models_reply = reply
+
+        return set_reply
+
+    probe = {
+        "accepted": models(None),
+        "refused": models(fake_openai.error(401, "invalid_request_error", "invalid_api_key")),
+    }
+    return Rig(provider=openai_provider(), script=script, server=openai_server, probe=probe)
 
 
 def _anthropic(anthropic_server, anthropic_provider) -> Rig:
@@ -69,7 +84,11 @@ def _anthropic(anthropic_server, anthropic_provider) -> Rig:
         "safety": fake_anthropic.message(None, stop_reason="refusal"),
         "truncated": fake_anthropic.message('{"category": "bil', stop_reason="max_tokens"),
     }
-    return Rig(provider=anthropic_provider(), script=script, server=anthropic_server)
+    probe = {
+        "accepted": lambda: None,  # its models list, as the fake answers by default
+        "refused": lambda: anthropic_server.then(fake_anthropic.error(401, "authentication_error")),
+    }
+    return Rig(provider=anthropic_provider(), script=script, server=anthropic_server, probe=probe)
 
 
 def _client_error(code: str, status: int):
@@ -102,9 +121,10 @@ def _bedrock() -> Rig:
             service, region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
         )
 
-    runtime = client("bedrock-runtime")
-    stub = Stubber(runtime)
+    runtime, control = client("bedrock-runtime"), client("bedrock")
+    stub, control_stub = Stubber(runtime), Stubber(control)
     stub.activate()
+    control_stub.activate()
     script = {
         "ok": _converse(TICKET, "tool_use"),
         "throttled": _client_error("ThrottlingException", 429),
@@ -114,10 +134,18 @@ def _bedrock() -> Rig:
         "safety": _converse({}, "content_filtered"),
         "truncated": _converse({"category": "billing"}, "max_tokens"),
     }
-    provider = BedrockProvider(
-        name="bedrock-fake", client=runtime, control_client=client("bedrock")
-    )
-    return Rig(provider=provider, script=script, stub=stub)
+    provider = BedrockProvider(name="bedrock-fake", client=runtime, control_client=control)
+    probe = {
+        "accepted": lambda: control_stub.add_response(
+            "list_foundation_models", {"modelSummaries": []}
+        ),
+        "refused": lambda: control_stub.add_client_error(
+            "list_foundation_models",
+            service_error_code="AccessDeniedException",
+            http_status_code=403,
+        ),
+    }
+    return Rig(provider=provider, script=script, stub=stub, probe=probe)
 
 
 @pytest.fixture(params=["openai", "anthropic", "bedrock"])
@@ -132,9 +160,10 @@ async def rig(request, openai_server, openai_provider, anthropic_server, anthrop
         await built.provider.aclose()
 
 
-async def _run_once(world, rig: Rig, scenario: str):
-    """Submit a classify_ticket job for the rig's model, answer it ``scenario``'s way,
-    and let a worker handle its one delivery."""
+async def _run_once(world, rig: Rig, scenario: str, *, probe: str = "accepted"):
+    """Submit a classify_ticket job for the rig's model, answer it ``scenario``'s way
+    (and a probe of the provider ``probe``'s way), and let a worker handle its one
+    delivery."""
     intake = Intake(
         store=world.store,
         queue=world.queue,
@@ -152,7 +181,7 @@ async def _run_once(world, rig: Rig, scenario: str):
         ),
         idempotency_key=None,
     )
-    rig.answer(scenario)
+    rig.answer(scenario, probe=probe)
     worker = world.worker(providers=[rig.provider])
     (delivery,) = await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)
     verdict = await worker.handle(delivery)
@@ -213,3 +242,25 @@ async def test_a_truncated_structured_answer_is_invalid_output(make_world, rig):
     assert verdict is Verdict.RETRY_SCHEDULED  # INVALID_OUTPUT has a budget of its own
     assert job.error.failure_class is FailureClass.INVALID_OUTPUT
     assert attempts[0].failure_class is FailureClass.INVALID_OUTPUT
+
+
+async def test_a_refusal_whose_probe_is_refused_pauses_the_provider_and_the_job_waits(
+    make_world, rig
+):
+    world = make_world()
+    verdict, job, attempts = await _run_once(world, rig, "unauthorized", probe="refused")
+    assert verdict is Verdict.DEFERRED  # given back to the queue
+    assert job.status is JobStatus.QUEUED
+    assert job.failure_count == 0  # waiting for its provider spends no attempt
+    assert job.error.failure_class is FailureClass.UNAUTHORIZED
+    assert [a.outcome for a in attempts] == [AttemptOutcome.RETRY]
+    pause = (await world.control.provider_pauses())[rig.provider.name]
+    assert pause.automatic and pause.resumes_by_itself
+
+
+async def test_a_refusal_whose_probe_passes_fails_the_job_alone(make_world, rig):
+    world = make_world()
+    verdict, job, _ = await _run_once(world, rig, "unauthorized", probe="accepted")
+    assert verdict is Verdict.FAILED
+    assert "refused this request itself" in job.error.message
+    assert await world.control.provider_pauses() == {}

@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 
 from ferryman.core.job import EventKind, JobStatus
+from ferryman.observability import metrics
 from ferryman.ports.queue import Delivery, QueueMessage
 from ferryman.services.delivery import Verdict
 
@@ -63,17 +64,23 @@ async def test_a_running_worker_claims_on_receive_too(sqlite_world, eventually):
     assert world.provider.invocations == 5
 
 
-async def test_a_duplicate_delivery_of_a_finished_job_is_still_recorded(sqlite_world):
+async def test_a_duplicate_delivery_of_a_finished_job_is_counted_not_added_to_its_history(
+    sqlite_world,
+):
     world = sqlite_world
     worker = world.worker()
     job = await world.submit()
     await worker.run_until_idle()
+    history = await world.store.events(job.job_id)
+    duplicates = metrics.DUPLICATE_DELIVERIES._value.get()
     await world.queue.send(QueueMessage(job_id=job.job_id, tenant_id=job.tenant_id))
 
     assert await worker.run_until_idle() == 1
 
-    kinds = [e.kind for e in await world.store.events(job.job_id)]
-    assert EventKind.DUPLICATE_DELIVERY in kinds
+    # Its history still ends with its terminal event.
+    assert await world.store.events(job.job_id) == history
+    assert history[-1].kind is EventKind.SUCCEEDED
+    assert metrics.DUPLICATE_DELIVERIES._value.get() == duplicates + 1
     assert world.provider.invocations == 1
     assert (await world.queue.stats()).visible == 0
 

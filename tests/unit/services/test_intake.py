@@ -11,10 +11,11 @@ from ferryman.core.errors import (
     InvalidIdempotencyKeyError,
     InvalidRequestError,
     PausedError,
+    StoreUnavailableError,
 )
 from ferryman.core.job import DispatchState, EventKind, JobStatus
 from ferryman.ports.control import Switch
-from ferryman.services.intake import BatchItem, Submission, SubmitRequest
+from ferryman.services.intake import BATCH_SLICE_JOBS, BatchItem, Submission, SubmitRequest
 
 
 async def _nothing_stored(world) -> None:
@@ -183,4 +184,76 @@ async def test_a_paused_intake_refuses_a_batch_and_stores_nothing(make_world) ->
         await world.intake.submit_many(
             tenant_id="t1", items=[BatchItem(SubmitRequest("generate", {"prompt": "a"}))]
         )
+    await _nothing_stored(world)
+
+
+def _batch(n: int, key_prefix: str = "k") -> list[BatchItem]:
+    return [
+        BatchItem(SubmitRequest("generate", {"prompt": str(i)}), idempotency_key=f"{key_prefix}{i}")
+        for i in range(n)
+    ]
+
+
+async def test_a_batch_is_stored_in_slices_each_in_one_transaction(
+    make_world, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_world()
+    sizes: list[int] = []
+    real = world.store.create_many
+
+    async def counting(jobs, **kwargs):
+        sizes.append(len(jobs))
+        return await real(jobs, **kwargs)
+
+    monkeypatch.setattr(world.store, "create_many", counting)
+
+    outcomes = await world.intake.submit_many(
+        tenant_id="t1", items=_batch(BATCH_SLICE_JOBS * 2 + 7)
+    )
+
+    assert sizes == [BATCH_SLICE_JOBS, BATCH_SLICE_JOBS, 7]
+    assert all(isinstance(o, Submission) and not o.replayed for o in outcomes)
+
+
+async def test_a_store_failure_after_a_stored_slice_fails_only_the_rest_and_a_retry_converges(
+    make_world, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_world()
+    real = world.store.create_many
+    calls = 0
+
+    async def failing_second(jobs, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise StoreUnavailableError("the disk is full")
+        return await real(jobs, **kwargs)
+
+    monkeypatch.setattr(world.store, "create_many", failing_second)
+    items = _batch(BATCH_SLICE_JOBS + 30)
+
+    outcomes = await world.intake.submit_many(tenant_id="t1", items=items)
+
+    stored, failed = outcomes[:BATCH_SLICE_JOBS], outcomes[BATCH_SLICE_JOBS:]
+    assert all(isinstance(o, Submission) for o in stored)
+    assert len(failed) == 30 and all(isinstance(o, StoreUnavailableError) for o in failed)
+    assert len((await world.store.list_jobs(tenant_id="t1", limit=200)).jobs) == BATCH_SLICE_JOBS
+    # The same batch again: the stored jobs replay, the rest are stored now.
+    again = await world.intake.submit_many(tenant_id="t1", items=items)
+    assert [o.replayed for o in again] == [True] * BATCH_SLICE_JOBS + [False] * 30  # type: ignore[union-attr]
+    assert [o.job.job_id for o in again[:BATCH_SLICE_JOBS]] == [o.job.job_id for o in stored]  # type: ignore[union-attr]
+
+
+async def test_a_store_failure_before_anything_is_stored_fails_the_whole_batch(
+    make_world, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_world()
+
+    async def failing(jobs, **kwargs):
+        raise StoreUnavailableError("the disk is full")
+
+    monkeypatch.setattr(world.store, "create_many", failing)
+
+    with pytest.raises(StoreUnavailableError):
+        await world.intake.submit_many(tenant_id="t1", items=_batch(BATCH_SLICE_JOBS + 1))
     await _nothing_stored(world)

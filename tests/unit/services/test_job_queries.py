@@ -1,5 +1,5 @@
 """JobQueries: results served only when verified as the job's own, one bad result never
-spoils a list, and a list page is bounded in bytes."""
+spoils a list, and a list page is bounded in bytes (its jobs' summaries and results)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import dataclasses
 
 import pytest
 
-from ferryman.core.errors import JobNotFoundError, ResultUnreadableError
+from ferryman.core.errors import InvalidRequestError, JobNotFoundError, ResultUnreadableError
+from ferryman.core.ids import new_job_id
 from ferryman.core.job import JobStatus
 from ferryman.core.results import result_key
+from ferryman.ports.store import LIST_ITEM_BYTES
 from ferryman.services.jobs import JobQueries
 
 # The sim echoes a prompt: {"text": "echo: <prompt>"} is the prompt plus 18 bytes.
@@ -44,19 +46,22 @@ async def damage(world, job_id: str) -> None:
 async def test_a_page_stops_adding_jobs_once_their_results_fill_the_budget(make_world) -> None:
     world = make_world()
     newest_first = await finished_jobs(world, 10)
-    reader = queries(world, list_max_bytes=3 * RESULT_BYTES + 100)
+    # Room for the ten summaries and three results.
+    budget = 10 * LIST_ITEM_BYTES + 3 * RESULT_BYTES + 100
+    reader = queries(world, list_max_bytes=budget)
 
     page = await reader.list("t1", limit=50)
 
-    assert [view.job.job_id for view in page.views] == newest_first[:3]
-    assert sum(len(view.result_json) for view in page.views) <= 3 * RESULT_BYTES + 100
-    assert page.next_cursor is not None
+    assert [item.summary.job_id for item in page.items] == newest_first[:3]
+    assert sum(len(item.result_json) for item in page.items) <= 3 * RESULT_BYTES + 100
+    assert page.next_cursor == newest_first[2]
 
 
 async def test_paging_under_a_budget_serves_every_job_exactly_once_in_order(make_world) -> None:
     world = make_world()
     newest_first = await finished_jobs(world, 10)
-    reader = queries(world, list_max_bytes=2 * RESULT_BYTES + 10)
+    # Room for a page's four summaries and two results.
+    reader = queries(world, list_max_bytes=4 * LIST_ITEM_BYTES + 2 * RESULT_BYTES + 10)
 
     seen: list[str] = []
     cursor = None
@@ -64,8 +69,8 @@ async def test_paging_under_a_budget_serves_every_job_exactly_once_in_order(make
     while True:
         page = await reader.list("t1", limit=4, cursor=cursor)
         pages += 1
-        assert 1 <= len(page.views) <= 2
-        seen += [view.job.job_id for view in page.views]
+        assert 1 <= len(page.items) <= 2
+        seen += [item.summary.job_id for item in page.items]
         cursor = page.next_cursor
         if cursor is None:
             break
@@ -81,20 +86,41 @@ async def test_a_page_always_holds_at_least_one_job(make_world) -> None:
 
     page = await reader.list("t1", limit=50)
 
-    assert [view.job.job_id for view in page.views] == newest_first[:1]
-    assert page.next_cursor is not None
+    assert [item.summary.job_id for item in page.items] == newest_first[:1]
+    assert page.next_cursor == newest_first[0]
 
 
-async def test_jobs_without_results_cost_nothing_against_the_budget(make_world) -> None:
+async def test_summaries_count_against_the_budget_too(make_world) -> None:
     world = make_world()
     for i in range(5):
         await world.submit(f"queued {i}")
-    reader = queries(world, list_max_bytes=10)
+    reader = queries(world, list_max_bytes=3 * LIST_ITEM_BYTES)
 
     page = await reader.list("t1", limit=50)
 
-    assert len(page.views) == 5
-    assert page.next_cursor is None
+    assert len(page.items) == 3
+    assert page.next_cursor == page.items[-1].summary.job_id
+
+
+async def test_a_list_can_name_its_jobs_and_never_shows_another_tenant_s(make_world) -> None:
+    world = make_world()
+    mine = await finished_jobs(world, 3)
+    [theirs] = await finished_jobs(world, 1, tenant="t2")
+    unknown = "gen_01HZZZZZZZZZZZZZZZZZZZZZZZ"
+
+    page = await world.jobs.list("t1", job_ids=[mine[2], theirs, unknown, mine[0], mine[2]])
+
+    assert [item.summary.job_id for item in page.items] == [mine[0], mine[2]]
+    assert all(item.result["text"].startswith("echo: ") for item in page.items)
+    assert (await world.jobs.list("t1", job_ids=[])).items == []
+
+
+async def test_a_list_names_at_most_a_hundred_jobs(make_world) -> None:
+    world = make_world()
+    too_many = [new_job_id() for _ in range(101)]
+
+    with pytest.raises(InvalidRequestError, match="at most 100"):
+        await world.jobs.list("t1", job_ids=too_many)
 
 
 async def test_a_damaged_result_is_an_error_on_its_item_and_the_rest_are_served(
@@ -106,14 +132,14 @@ async def test_a_damaged_result_is_an_error_on_its_item_and_the_rest_are_served(
 
     page = await world.jobs.list("t1", limit=50)
 
-    assert [view.job.job_id for view in page.views] == newest_first
-    broken = page.views[1]
+    assert [item.summary.job_id for item in page.items] == newest_first
+    broken = page.items[1]
     assert broken.result_json is None
     assert isinstance(broken.result_error, ResultUnreadableError)
     assert broken.result_error.code == "result_unreadable"
-    for view in (page.views[0], *page.views[2:]):
-        assert view.result_error is None
-        assert view.result["text"].startswith("echo: ")
+    for item in (page.items[0], *page.items[2:]):
+        assert item.result_error is None
+        assert item.result["text"].startswith("echo: ")
 
 
 async def test_get_refuses_a_damaged_result_rather_than_serving_it(make_world) -> None:

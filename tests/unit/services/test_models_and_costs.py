@@ -25,17 +25,22 @@ from ferryman.tasks import builtin_tasks
 class ScriptedProvider:
     """A provider answering from a list: an exception to raise, or a response."""
 
-    def __init__(self, name, *answers):
+    def __init__(self, name, *answers, check_error=None):
         self._name = name
         self.answers = list(answers)
         self.calls = 0
+        # What a probe of it (check) raises; None: it passes.
+        self.check_error = check_error
+        self.checks = 0
 
     @property
     def name(self):
         return self._name
 
     async def check(self):
-        return None
+        self.checks += 1
+        if self.check_error is not None:
+            raise self.check_error
 
     async def invoke(self, request, *, timeout_seconds):
         answer = self.answers[min(self.calls, len(self.answers) - 1)]
@@ -182,32 +187,41 @@ async def test_a_provider_that_refuses_our_key_is_paused_instead_of_failing_ever
     make_world,
 ):
     world = make_world()
-    refusing = ScriptedProvider("openai", ProviderUnauthorizedError("invalid api key"), ok())
+    refusing = ScriptedProvider(
+        "openai",
+        ProviderUnauthorizedError("invalid api key"),
+        ok(),
+        check_error=ProviderUnauthorizedError("invalid api key"),
+    )
     catalog = _catalog(refusing)
     first = await _submit(world, catalog, "first")
     others = [await _submit(world, catalog, f"other {i}") for i in range(5)]
     worker = world.worker(catalog=catalog)
 
     [delivery] = await world.queue.receive(max_messages=1, visibility_timeout_seconds=60)
-    assert await worker.handle(delivery) is Verdict.FAILED
+    # Its probe was refused too: the provider is unauthorised, and the job waits for it.
+    assert await worker.handle(delivery) is Verdict.DEFERRED
     for delivery in await world.queue.receive(max_messages=10, visibility_timeout_seconds=60):
         assert await worker.handle(delivery) is Verdict.DEFERRED
 
-    assert refusing.calls == 1  # no other job was sent to be refused
-    assert (await world.job(first.job_id)).error.failure_class is FailureClass.UNAUTHORIZED
+    assert (refusing.calls, refusing.checks) == (1, 1)  # no other job was sent to be refused
+    waiting = await world.job(first.job_id)
+    assert (waiting.status, waiting.failure_count) == (JobStatus.QUEUED, 0)
+    assert waiting.error.failure_class is FailureClass.UNAUTHORIZED
     assert await world.control.paused_providers() == {"openai"}
     [record] = await world.control.audit_log(limit=10)
     assert (record.target, record.actor) == ("provider:openai", "worker:w1")
-    assert "credentials" in (record.reason or "")
-    # Waiting for an operator costs the waiting jobs nothing: their messages start anew.
+    assert "refused" in (record.reason or "")
+    # Waiting for the provider costs the waiting jobs nothing: their messages start anew.
     assert {(await world.job(j.job_id)).status for j in others} == {JobStatus.QUEUED}
 
     await world.control.set_provider_paused("openai", False, actor="ops", now=world.clock.now())
     world.clock.advance(31)
     await asyncio.sleep(1.1)  # past the worker's one-second look at the pauses
     await _drive(world, worker, rounds=3)
-    assert {(await world.job(j.job_id)).status for j in others} == {JobStatus.SUCCEEDED}
-    kinds = [e.kind for j in others for e in await world.store.events(j.job_id)]
+    everyone = [first, *others]
+    assert {(await world.job(j.job_id)).status for j in everyone} == {JobStatus.SUCCEEDED}
+    kinds = [e.kind for j in everyone for e in await world.store.events(j.job_id)]
     assert EventKind.DEAD_LETTERED not in kinds
 
 

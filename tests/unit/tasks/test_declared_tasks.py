@@ -348,3 +348,74 @@ def test_anything_but_a_placeholder_after_double_braces_does_not_parse(text: str
 def test_rendering_inserts_values_verbatim(value: str) -> None:
     template = PromptTemplate.parse("[{{ input.v }}]")
     assert template.render({"v": value}) == f"[{value}]"
+
+
+def test_nested_objects_refuse_unknown_fields_as_the_top_level_does() -> None:
+    with pytest.raises(InvalidRequestError) as refused:
+        TRIAGE.validate_input({"email": "hi", "customer": {"name": "Ann", "vip": True}})
+
+    assert locs(refused.value) == [["body", "input", "customer", "vip"]]
+    assert TRIAGE.input_schema["properties"]["customer"]["additionalProperties"] is False
+
+
+def test_a_nested_object_that_says_otherwise_stays_open() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "open": {"type": "object", "additionalProperties": True},
+            "tags": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 9}},
+        },
+    }
+    task = triage(input_schema=schema, prompt="{{ input.open }}", system=None)
+
+    stored = task.validate_input({"open": {"anything": 1}, "tags": {"a": "b"}})
+
+    assert stored == {"open": {"anything": 1}, "tags": {"a": "b"}}
+
+
+def test_objects_in_arrays_definitions_and_alternatives_are_closed() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "maxItems": 3, "items": {"$ref": "#/$defs/Item"}},
+            "either": {
+                "anyOf": [
+                    {"type": "object", "properties": {"a": {"type": "integer"}}},
+                    {"type": "null"},
+                ]
+            },
+        },
+        "$defs": {"Item": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+    }
+    task = triage(input_schema=schema, prompt="{{ input.items }}", system=None)
+
+    assert task.validate_input({"items": [{"n": 1}], "either": {"a": 1}})
+    with pytest.raises(InvalidRequestError) as refused:
+        task.validate_input({"items": [{"n": 1, "x": 2}]})
+    assert locs(refused.value) == [["body", "input", "items", 0, "x"]]
+    with pytest.raises(InvalidRequestError):
+        task.validate_input({"either": {"a": 1, "b": 2}})
+
+
+def test_an_object_composed_with_all_of_keeps_every_parts_fields_and_no_others() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "who": {
+                "type": "object",
+                "allOf": [
+                    {"$ref": "#/$defs/Named"},
+                    {"properties": {"age": {"type": "integer"}}},
+                ],
+            }
+        },
+        "$defs": {
+            "Named": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 9}}}
+        },
+    }
+    task = triage(input_schema=schema, prompt="{{ input.who }}", system=None)
+
+    assert task.validate_input({"who": {"name": "Ann", "age": 3}})
+    with pytest.raises(InvalidRequestError) as refused:
+        task.validate_input({"who": {"name": "Ann", "age": 3, "x": 1}})
+    assert locs(refused.value)[0][:3] == ["body", "input", "who"]

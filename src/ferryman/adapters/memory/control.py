@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ferryman.ports.control import AuditAction, AuditRecord, provider_switch
+from ferryman.ports.control import AuditAction, AuditRecord, ProviderPause, provider_switch
 
 if TYPE_CHECKING:
     from ferryman.ports.control import Switch
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class InMemoryControlStore:
     def __init__(self) -> None:
         self._paused: set[Switch] = set()
-        self._paused_providers: set[str] = set()
+        self._provider_pauses: dict[str, ProviderPause] = {}
         self._audit: list[AuditRecord] = []
 
     async def paused(self) -> frozenset[Switch]:
@@ -33,23 +33,72 @@ class InMemoryControlStore:
         )
 
     async def paused_providers(self) -> frozenset[str]:
-        return frozenset(self._paused_providers)
+        return frozenset(self._provider_pauses)
+
+    async def provider_pauses(self) -> dict[str, ProviderPause]:
+        return dict(self._provider_pauses)
 
     async def set_provider_paused(
         self, provider: str, paused: bool, *, actor: str, now: float, reason: str | None = None
     ) -> None:
         if paused:
-            self._paused_providers.add(provider)
+            self._provider_pauses[provider] = ProviderPause(
+                provider=provider, since=now, actor=actor, reason=reason
+            )
         else:
-            self._paused_providers.discard(provider)
+            self._provider_pauses.pop(provider, None)
         action = AuditAction.PAUSE if paused else AuditAction.RESUME
-        await self.record_audit(
+        self._audit_provider(provider, action, actor=actor, now=now, reason=reason)
+
+    async def pause_provider_automatically(self, pause: ProviderPause) -> bool:
+        if pause.provider in self._provider_pauses:
+            return False
+        self._provider_pauses[pause.provider] = dataclasses.replace(pause, automatic=True)
+        self._audit_provider(
+            pause.provider,
+            AuditAction.PAUSE,
+            actor=pause.actor,
+            now=pause.since,
+            reason=pause.reason,
+        )
+        return True
+
+    async def take_provider_probe(
+        self, provider: str, *, now: float, next_probe_at: float, probe_interval_seconds: float
+    ) -> ProviderPause | None:
+        pause = self._provider_pauses.get(provider)
+        if pause is None or not pause.automatic or pause.next_probe_at is None:
+            return None
+        if pause.next_probe_at > now:
+            return None
+        taken = self._provider_pauses[provider] = dataclasses.replace(
+            pause, next_probe_at=next_probe_at, probe_interval_seconds=probe_interval_seconds
+        )
+        return taken
+
+    async def resume_provider_automatically(
+        self, provider: str, *, since: float, actor: str, now: float, reason: str
+    ) -> bool:
+        pause = self._provider_pauses.get(provider)
+        if pause is None or not pause.automatic or pause.since != since:
+            return False
+        del self._provider_pauses[provider]
+        self._audit_provider(provider, AuditAction.RESUME, actor=actor, now=now, reason=reason)
+        return True
+
+    def _audit_provider(
+        self, provider: str, action: AuditAction, *, actor: str, now: float, reason: str | None
+    ) -> None:
+        self._append_audit(
             AuditRecord(
                 at=now, actor=actor, action=action, target=provider_switch(provider), reason=reason
             )
         )
 
     async def record_audit(self, record: AuditRecord) -> None:
+        self._append_audit(record)
+
+    def _append_audit(self, record: AuditRecord) -> None:
         self._audit.append(dataclasses.replace(record, record_id=len(self._audit) + 1))
 
     async def audit_log(self, *, limit: int, before: int | None = None) -> list[AuditRecord]:

@@ -1,36 +1,44 @@
-"""Pages of jobs, newest first, with an opaque cursor (the last job id seen, encoded)."""
+"""Pages of jobs, newest first, cut where the SQL engines cut them.
+
+The cursor is the id of the last job of the previous page, as in the SQL engines. A
+job weighs what it weighs there (ports/store.py, ``JobStore.list_jobs``): the bytes of
+its metadata and error as a SQL engine stores them, so a budget ends a page at the
+same job on every engine.
+"""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import TYPE_CHECKING
 
-from ferryman.core.errors import InvalidRequestError
-from ferryman.ports.store import JobPage
+from ferryman.adapters.job_rows import dump_json, error_json
+from ferryman.ports.store import LIST_ITEM_BYTES, JobPage, JobSummary
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ferryman.core.job import Job
 
 
-def encode_cursor(job_id: str) -> str:
-    return base64.urlsafe_b64encode(job_id.encode("utf-8")).decode("ascii").rstrip("=")
+def weight_of(job: Job) -> int:
+    metadata = "" if job.metadata is None else dump_json(job.metadata)
+    return LIST_ITEM_BYTES + len(metadata.encode()) + len((error_json(job.error) or "").encode())
 
 
-def decode_cursor(cursor: str) -> str:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
-    except (binascii.Error, UnicodeError, ValueError) as exc:
-        raise InvalidRequestError("The cursor is not valid.") from exc
-
-
-def page_of(jobs: list[Job], *, limit: int, cursor: str | None) -> JobPage:
+def page_of(
+    jobs: Iterable[Job], *, limit: int, cursor: str | None, max_bytes: int | None
+) -> JobPage:
     """The page after ``cursor`` of the matching jobs; job ids are ULIDs, so newest sorts last."""
     ordered = sorted(jobs, key=lambda j: j.job_id, reverse=True)
     if cursor is not None:
-        after = decode_cursor(cursor)
-        ordered = [j for j in ordered if j.job_id < after]
-    page = ordered[: max(1, limit)]
-    more = len(ordered) > len(page)
-    return JobPage(jobs=page, next_cursor=encode_cursor(page[-1].job_id) if more else None)
+        ordered = [j for j in ordered if j.job_id < cursor]
+    limit = max(1, limit)
+    page: list[JobSummary] = []
+    listed = 0
+    for job in ordered:
+        weight = weight_of(job)
+        over = max_bytes is not None and listed + weight > max_bytes
+        if len(page) == limit or (page and over):
+            return JobPage(jobs=page, next_cursor=page[-1].job_id, listed_bytes=listed)
+        page.append(JobSummary.of(job))
+        listed += weight
+    return JobPage(jobs=page, next_cursor=None, listed_bytes=listed)

@@ -19,7 +19,7 @@ from ferryman.ports.queue import DeadLetter, Delivery, QueueStats
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
-    from ferryman.ports.queue import QueueMessage, TenantBudget
+    from ferryman.ports.queue import QueueMessage, TenantBudget, UndecodableLetter
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,11 @@ class InMemoryJobQueue:
                         await self._changed.wait()
                 except TimeoutError:
                     pass
+
+    def holds_message_for(self, job_id: str) -> bool:
+        """Whether a message of this job is in the queue (visible, in flight or
+        delayed): what the store's stalled scan asks, under its own lock."""
+        return any(stored.message.job_id == job_id for stored in self._messages.values())
 
     async def any_visible(self) -> bool:
         now = self._clock.now()
@@ -171,6 +176,20 @@ class InMemoryJobQueue:
     async def delete_dead_letter(self, dead_letter_id: str) -> None:
         async with self._changed:
             self._dead.pop(dead_letter_id, None)
+
+    # Messages are held here as QueueMessage objects, never as bodies: none is ever
+    # undecodable.
+
+    async def undecodable_letters(
+        self, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[UndecodableLetter]:
+        return []
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
+        return None
+
+    async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
+        return False
 
     async def stats(self) -> QueueStats:
         async with self._changed:

@@ -25,18 +25,18 @@ from ferryman.ports.queue import QueueMessage
 from ferryman.ports.store import Accepted, TenantUsage, UsageGroup, UsageRow
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Collection, Iterable, Sequence
 
+    from ferryman.adapters.memory.queue import InMemoryJobQueue
     from ferryman.core.changes import Change
     from ferryman.core.job import Attempt, Event, Job
-    from ferryman.ports.queue import JobQueue
     from ferryman.ports.store import CreateOutcome, JobPage
 
 
 class InMemoryJobStore:
     """Jobs, idempotency entries, attempts and events in memory (tests and demos)."""
 
-    def __init__(self, *, queue: JobQueue | None = None) -> None:
+    def __init__(self, *, queue: InMemoryJobQueue | None = None) -> None:
         self._queue = queue
         self._jobs: dict[str, Job] = {}
         self._keys: dict[tuple[str, str], IdempotencyEntry] = {}
@@ -154,8 +154,10 @@ class InMemoryJobStore:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         def matches(job: Job) -> bool:
             return (
@@ -165,7 +167,11 @@ class InMemoryJobStore:
                 and (error_code is None or (job.error is not None and job.error.code == error_code))
             )
 
-        return page_of([j for j in self._jobs.values() if matches(j)], limit=limit, cursor=cursor)
+        if job_ids is None:
+            candidates: Iterable[Job] = self._jobs.values()
+        else:
+            candidates = (job for i in set(job_ids) if (job := self._jobs.get(i)) is not None)
+        return page_of(filter(matches, candidates), limit=limit, cursor=cursor, max_bytes=max_bytes)
 
     async def events(self, job_id: str) -> list[Event]:
         return self._history.events(job_id)
@@ -182,10 +188,14 @@ class InMemoryJobStore:
         def stalled(job: Job) -> bool:
             if job.status.terminal or not before_cutoff(job.updated_at):
                 return False
-            return (
+            undriven = (
                 (job.dispatch_state is DispatchState.PENDING and job.status in WAITING_STATUSES)
                 or (job.status is JobStatus.PROCESSING and before_cutoff(job.lease_until))
                 or (job.status is JobStatus.RETRY_SCHEDULED and before_cutoff(job.not_before))
+            )
+            # A message still queued drives the job; without the queue we cannot tell.
+            return undriven and not (
+                self._queue is not None and self._queue.holds_message_for(job.job_id)
             )
 
         found = sorted(
@@ -274,5 +284,10 @@ def _usage_row(key: str, attempts: list[Attempt]) -> UsageRow:
         cost_nano_usd=sum(a.cost_nano_usd or 0 for a in attempts),
         wasted_nano_usd=sum(
             a.cost_nano_usd or 0 for a in attempts if a.outcome is not AttemptOutcome.SUCCEEDED
+        ),
+        unknown_usage_calls=sum(
+            1
+            for a in attempts
+            if a.finish_reason is not None and (a.input_tokens is None or a.output_tokens is None)
         ),
     )

@@ -244,7 +244,7 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
             queued.append(
                 {
                     "job_id": job_id,
-                    "id": messages.new_message_id(),
+                    "id": messages.new_message_id(job_id),
                     "body": QueueMessage.for_job(change.after).to_body(),
                     "at": change.at,
                 }
@@ -355,7 +355,7 @@ def _change_params(change: Change, params: dict[str, Any], *, stored: int) -> di
         params["opened"] = json.dumps(opened_attempt_params(attempt))
     params["m_id"] = params["m_body"] = params["m_at"] = None
     if change.enqueue:
-        params["m_id"] = messages.new_message_id()
+        params["m_id"] = messages.new_message_id(job.job_id)
         params["m_body"] = QueueMessage.for_job(job).to_body()
         params["m_at"] = change.at
     params["stops_running"] = change.stops_running_attempt

@@ -52,43 +52,136 @@ WHERE job_id = %(job_id)s AND attempt_id = %(attempt_id)s
 SELECT * FROM attempts WHERE job_id = %(job_id)s ORDER BY attempt_no;
 
 -- name: list_jobs_of_tenant
--- %(before)s is the cursor (a job_id) or a sentinel above every job_id.
-SELECT * FROM jobs
-WHERE tenant_id = %(tenant_id)s
-  AND job_id < %(before)s
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
-ORDER BY job_id DESC
-LIMIT %(limit)s;
+-- A list reads what a JobSummary holds, never input (a large input stays in its TOAST
+-- table). The cursor is a job_id or a sentinel above every job_id. A row weighs the
+-- item allowance plus the bytes of its metadata and error. Rows that start past the
+-- byte budget are not sent, but for the first two: the page (at least one row, and
+-- every row whose running total stays within the budget) and one row after it, which
+-- says another page exists.
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
+               + coalesce(octet_length(error), 0) AS listed_bytes
+    FROM jobs
+    WHERE tenant_id = %(tenant_id)s
+      AND job_id < %(before)s
+      AND (%(status)s::text IS NULL OR status = %(status)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+    ORDER BY job_id DESC
+    LIMIT %(limit)s
+), weighed AS (
+    SELECT *, (sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING))::bigint
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= %(max_bytes)s OR position <= 2
+ORDER BY job_id DESC;
 
 -- name: list_jobs_of_tenant_by_status
-SELECT * FROM jobs
-WHERE tenant_id = %(tenant_id)s
-  AND status = %(status)s
-  AND job_id < %(before)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
-ORDER BY job_id DESC
-LIMIT %(limit)s;
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
+               + coalesce(octet_length(error), 0) AS listed_bytes
+    FROM jobs
+    WHERE tenant_id = %(tenant_id)s
+      AND status = %(status)s
+      AND job_id < %(before)s
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+    ORDER BY job_id DESC
+    LIMIT %(limit)s
+), weighed AS (
+    SELECT *, (sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING))::bigint
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= %(max_bytes)s OR position <= 2
+ORDER BY job_id DESC;
 
 -- name: list_jobs_of_all_by_status
-SELECT * FROM jobs
-WHERE status = %(status)s
-  AND job_id < %(before)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
-ORDER BY job_id DESC
-LIMIT %(limit)s;
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
+               + coalesce(octet_length(error), 0) AS listed_bytes
+    FROM jobs
+    WHERE status = %(status)s
+      AND job_id < %(before)s
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+    ORDER BY job_id DESC
+    LIMIT %(limit)s
+), weighed AS (
+    SELECT *, (sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING))::bigint
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= %(max_bytes)s OR position <= 2
+ORDER BY job_id DESC;
 
 -- name: list_jobs_of_all
-SELECT * FROM jobs
-WHERE job_id < %(before)s
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
-ORDER BY job_id DESC
-LIMIT %(limit)s;
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
+               + coalesce(octet_length(error), 0) AS listed_bytes
+    FROM jobs
+    WHERE job_id < %(before)s
+      AND (%(status)s::text IS NULL OR status = %(status)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+    ORDER BY job_id DESC
+    LIMIT %(limit)s
+), weighed AS (
+    SELECT *, (sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING))::bigint
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= %(max_bytes)s OR position <= 2
+ORDER BY job_id DESC;
+
+-- name: list_jobs_by_ids
+-- Only the named jobs (a client waiting for many): looked up by key, so none of the
+-- tenant's other jobs is read.
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
+               + coalesce(octet_length(error), 0) AS listed_bytes
+    FROM jobs
+    WHERE job_id = ANY(%(job_ids)s::text[])
+      AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+      AND job_id < %(before)s
+      AND (%(status)s::text IS NULL OR status = %(status)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(error_code)s::text IS NULL OR error_code = %(error_code)s)
+    ORDER BY job_id DESC
+    LIMIT %(limit)s
+), weighed AS (
+    SELECT *, (sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING))::bigint
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= %(max_bytes)s OR position <= 2
+ORDER BY job_id DESC;
 
 -- name: stalled_jobs
 -- The status list repeats the partial index's condition so the index is used.
@@ -99,6 +192,15 @@ WHERE status IN ('QUEUED', 'PROCESSING', 'RETRY_SCHEDULED')
        (dispatch_state = 'PENDING' AND status IN ('QUEUED', 'RETRY_SCHEDULED'))
     OR (status = 'PROCESSING' AND lease_until < %(cutoff)s)
     OR (status = 'RETRY_SCHEDULED' AND not_before < %(cutoff)s)
+  )
+  -- Not stranded while a message of the job is still queued (visible, in flight or
+  -- delayed): its next delivery drives the job, and a re-sent one would only be
+  -- delivered again. A job's message ids are 'msg_<job_id>_...' (messages.py): a seek
+  -- in the primary key ('`' is the character after '_').
+  AND NOT EXISTS (
+      SELECT 1 FROM messages
+      WHERE messages.id > ('msg_' || jobs.job_id || '_') COLLATE "C"
+        AND messages.id < ('msg_' || jobs.job_id || '`') COLLATE "C"
   )
 ORDER BY updated_at, job_id
 LIMIT %(limit)s;
@@ -181,7 +283,11 @@ SELECT * FROM (
         COALESCE(SUM(output_tokens), 0)::bigint AS output_tokens,
         COALESCE(SUM(cost_nano_usd), 0)::bigint AS cost_nano_usd,
         COALESCE(SUM(cost_nano_usd) FILTER (WHERE outcome IS DISTINCT FROM 'succeeded'), 0)::bigint
-            AS wasted_nano_usd
+            AS wasted_nano_usd,
+        -- Answered (a finish reason recorded) without usage: unknown, not in the sums.
+        COUNT(*) FILTER (
+            WHERE finish_reason IS NOT NULL AND (input_tokens IS NULL OR output_tokens IS NULL)
+        ) AS unknown_usage_calls
     FROM attempts
     WHERE started_at >= %(start)s AND started_at < %(end)s
       AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)

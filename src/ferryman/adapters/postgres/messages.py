@@ -30,8 +30,11 @@ TENANTS_PER_RECEIVE = 64
 MAX_ROUNDS = 4
 
 
-def new_message_id() -> str:
-    return f"msg_{secrets.token_hex(12)}"
+def new_message_id(job_id: str) -> str:
+    """``msg_<job_id>_<random>``: a job's messages share a prefix, so the stalled scan
+    asks whether a job still has one with a seek in the primary key (jobs.sql,
+    stalled_jobs), and no second index is kept up on the queue's hot path."""
+    return f"msg_{job_id}_{secrets.token_hex(8)}"
 
 
 async def insert_message(
@@ -41,7 +44,7 @@ async def insert_message(
     now: float,
     delay_seconds: float = 0.0,
 ) -> str:
-    message_id = new_message_id()
+    message_id = new_message_id(message.job_id)
     await execute(
         conn,
         QUEUE["insert_message"],

@@ -54,16 +54,66 @@ WHERE admin AND revoked_at IS NULL AND key_id <> %(key_id)s
 UPDATE api_keys SET revoked_at = %(now)s, revoked_by = %(actor)s
 WHERE key_id = %(key_id)s AND revoked_at IS NULL;
 
--- name: paused_switches
-SELECT switch FROM control WHERE paused;
-
 -- name: set_switch
-INSERT INTO control (switch, paused, actor, updated_at)
-VALUES (%(switch)s, %(paused)s, %(actor)s, %(updated_at)s)
+-- An operator's flip: a pause is the operator's (never lifted automatically), whatever
+-- paused it before; a resume lifts any pause.
+INSERT INTO control (switch, paused, actor, updated_at, automatic, reason, paused_at)
+VALUES (%(switch)s, %(paused)s, %(actor)s, %(updated_at)s, false, %(reason)s, %(updated_at)s)
 ON CONFLICT (switch) DO UPDATE SET
     paused = excluded.paused,
     actor = excluded.actor,
-    updated_at = excluded.updated_at;
+    updated_at = excluded.updated_at,
+    automatic = false,
+    reason = excluded.reason,
+    paused_at = excluded.paused_at,
+    next_probe_at = NULL,
+    probe_interval_seconds = NULL;
+
+-- name: paused_rows
+-- Rows written before 0003 have no paused_at: the last flip is when they were paused.
+SELECT switch, actor, reason, automatic, COALESCE(paused_at, updated_at) AS since,
+       next_probe_at, probe_interval_seconds
+FROM control
+WHERE paused;
+
+-- name: pause_automatically
+-- Only a switch that is not paused: an operator's pause stays the operator's, and an
+-- automatic one keeps its schedule. A row comes back only when this wrote it.
+INSERT INTO control (
+    switch, paused, actor, updated_at, automatic, reason, paused_at, next_probe_at,
+    probe_interval_seconds
+)
+VALUES (
+    %(switch)s, true, %(actor)s, %(since)s, true, %(reason)s, %(since)s, %(next_probe_at)s,
+    %(probe_interval_seconds)s
+)
+ON CONFLICT (switch) DO UPDATE SET
+    paused = true,
+    actor = excluded.actor,
+    updated_at = excluded.updated_at,
+    automatic = true,
+    reason = excluded.reason,
+    paused_at = excluded.paused_at,
+    next_probe_at = excluded.next_probe_at,
+    probe_interval_seconds = excluded.probe_interval_seconds
+WHERE NOT control.paused
+RETURNING switch;
+
+-- name: take_probe
+-- The one process whose update matches probes; the others find the probe moved on.
+UPDATE control
+SET next_probe_at = %(next_probe_at)s, probe_interval_seconds = %(probe_interval_seconds)s
+WHERE switch = %(switch)s AND paused AND automatic
+  AND next_probe_at IS NOT NULL AND next_probe_at <= %(now)s
+RETURNING switch, actor, reason, automatic, COALESCE(paused_at, updated_at) AS since,
+          next_probe_at, probe_interval_seconds;
+
+-- name: resume_automatically
+-- Only the automatic pause that began at since: never an operator's, never a later one.
+UPDATE control
+SET paused = false, actor = %(actor)s, updated_at = %(now)s, next_probe_at = NULL
+WHERE switch = %(switch)s AND paused AND automatic AND paused_at = %(since)s
+RETURNING switch;
 
 -- name: insert_audit
 INSERT INTO audit (at, actor, action, target, reason)

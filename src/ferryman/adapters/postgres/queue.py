@@ -11,11 +11,19 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from ferryman.adapters import dead_letters
 from ferryman.adapters.postgres import messages
 from ferryman.adapters.postgres.database import execute
 from ferryman.adapters.postgres.grouping import Statement
 from ferryman.adapters.postgres.sql import QUEUE
-from ferryman.ports.queue import DeadLetter, DeadLetterReason, Delivery, QueueMessage, QueueStats
+from ferryman.ports.queue import (
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    QueueMessage,
+    QueueStats,
+    UndecodableLetter,
+)
 
 if TYPE_CHECKING:
     from ferryman.adapters.postgres.database import PostgresDatabase
@@ -154,6 +162,21 @@ class PostgresJobQueue:
     async def delete_dead_letter(self, dead_letter_id: str) -> None:
         await self._db.execute(QUEUE["delete_dead_letter"], {"id": dead_letter_id})
 
+    async def undecodable_letters(
+        self, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[UndecodableLetter]:
+        params = dead_letters.page_params(limit, after)
+        rows = await self._db.fetch_all(QUEUE["undecodable_letters"], params)
+        return [dead_letters.letter_from_row(row) for row in rows]
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
+        row = await self._db.fetch_one(QUEUE["undecodable_letter"], {"id": dead_letter_id})
+        return None if row is None else dead_letters.letter_from_row(row)
+
+    async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
+        deleted = await self._db.execute(QUEUE["delete_undecodable_letter"], {"id": dead_letter_id})
+        return deleted == 1
+
     async def stats(self) -> QueueStats:
         now = self._clock.now()
         row = await self._db.fetch_one(QUEUE["message_stats"], {"now": now})
@@ -164,4 +187,5 @@ class PostgresJobQueue:
             in_flight=row["in_flight"],
             oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest),
             dead_letters=row["dead_letters"],
+            undecodable_letters=row["undecodable_letters"],
         )

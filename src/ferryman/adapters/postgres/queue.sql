@@ -101,10 +101,29 @@ LIMIT %(limit)s;
 -- name: delete_dead_letter
 DELETE FROM dead_letters WHERE id = %(id)s;
 
+-- name: undecodable_letters
+-- The letters whose body names no job, for an operator, oldest first.
+SELECT id, body, sent_at, receive_count, dead_lettered_at
+FROM dead_letters
+WHERE job_id IS NULL
+  AND (%(after_at)s::float8 IS NULL
+       OR (dead_lettered_at, id) > (%(after_at)s::float8, %(after_id)s::text))
+ORDER BY dead_lettered_at, id
+LIMIT %(limit)s;
+
+-- name: undecodable_letter
+SELECT id, body, sent_at, receive_count, dead_lettered_at
+FROM dead_letters
+WHERE id = %(id)s AND job_id IS NULL;
+
+-- name: delete_undecodable_letter
+DELETE FROM dead_letters WHERE id = %(id)s AND job_id IS NULL;
+
 -- name: message_stats
 SELECT
     COUNT(*) FILTER (WHERE visible_at <= %(now)s) AS visible,
     COUNT(*) FILTER (WHERE visible_at > %(now)s) AS in_flight,
     MIN(sent_at) AS oldest_sent_at,
-    (SELECT COUNT(*) FROM dead_letters) AS dead_letters
+    (SELECT COUNT(*) FROM dead_letters) AS dead_letters,
+    (SELECT COUNT(*) FROM dead_letters WHERE job_id IS NULL) AS undecodable_letters
 FROM messages;

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
+from ferryman.adapters.job_rows import (
+    UNLIMITED_BYTES,
+    attempt_from_row,
+    event_from_row,
+    job_from_row,
+    summary_page,
+)
 from ferryman.adapters.postgres import jobops
 from ferryman.adapters.postgres.messages import split_receipt
 from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
-from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import LIST_ITEM_BYTES, Accepted, JobPage, TenantUsage, UsageRow
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -157,25 +163,30 @@ class PostgresJobStore:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         limit = max(1, limit)
+        if job_ids is not None and not job_ids:
+            return JobPage(jobs=[], next_cursor=None)
+        budget = UNLIMITED_BYTES if max_bytes is None else max_bytes
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
+            "job_ids": None if job_ids is None else list(job_ids),
             "before": cursor or _FIRST_PAGE,
             "status": None if status is None else str(status),
             "task": task,
             "error_code": error_code,
             # One more than asked tells whether another page exists.
             "limit": limit + 1,
+            "item_bytes": LIST_ITEM_BYTES,
+            "max_bytes": budget,
         }
-        query = JOBS[_listing(tenant_id=tenant_id, by_status=status is not None)]
-        jobs = [job_from_row(row) for row in await self._db.fetch_all(query, params)]
-        if len(jobs) > limit:
-            jobs = jobs[:limit]
-            return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id)
-        return JobPage(jobs=jobs, next_cursor=None)
+        query = JOBS[_listing(tenant_id=tenant_id, by_status=status is not None, by_ids=job_ids)]
+        rows = await self._db.fetch_all(query, params)
+        return summary_page(rows, limit=limit, max_bytes=budget)
 
     async def events(self, job_id: str) -> list[Event]:
         rows = await self._db.fetch_all(JOBS["list_events"], {"job_id": job_id})
@@ -234,6 +245,7 @@ class PostgresJobStore:
                 output_tokens=row["output_tokens"],
                 cost_nano_usd=row["cost_nano_usd"],
                 wasted_nano_usd=row["wasted_nano_usd"],
+                unknown_usage_calls=row["unknown_usage_calls"],
             )
             for row in await self._db.fetch_all(JOBS["usage_report"], params)
         ]
@@ -258,7 +270,10 @@ class PostgresJobStore:
                 await conn.execute(JOBS["write_probe"], {"at": at})
 
 
-def _listing(*, tenant_id: str | None, by_status: bool) -> str:
-    """The listing statement whose index fits the filters (a status has its own)."""
+def _listing(*, tenant_id: str | None, by_status: bool, by_ids: Collection[str] | None) -> str:
+    """The listing statement whose index fits the filters (a status has its own; named
+    jobs are found by key)."""
+    if by_ids is not None:
+        return "list_jobs_by_ids"
     whose = "all" if tenant_id is None else "tenant"
     return f"list_jobs_of_{whose}" + ("_by_status" if by_status else "")

@@ -21,7 +21,12 @@ from ferryman.adapters.sqlite.checkpoints import SAFETY_NET_PAGES, Checkpointer
 from ferryman.adapters.sqlite.migrations import migrate
 from ferryman.adapters.sqlite.peers import CANCELS, MESSAGES, PeerWakeups
 from ferryman.adapters.sqlite.peers import directory_for as peers_directory
-from ferryman.adapters.sqlite.writer import GroupCommitWriter, translate_errors, unavailable
+from ferryman.adapters.sqlite.writer import (
+    GroupCommitWriter,
+    ProbeWrite,
+    translate_errors,
+    unavailable,
+)
 from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import StoreUnavailableError
 
@@ -129,15 +134,27 @@ class SqliteDatabase:
         return self._writer.ops
 
     def recent_write_failure(self, within_seconds: float) -> str | None:
-        """Why a write failed within the last ``within_seconds``, or None."""
-        at = self._writer.last_failure_at
+        """Why a write failed, while it is news: within the last ``within_seconds`` and
+        before work (more than a probe) was committed again; else None. A lock that
+        cleared is forgotten as soon as jobs are written again, and a process with no
+        work to write forgets it after ``within_seconds``."""
+        writer = self._writer
+        at = writer.last_failure_at
         if at is None or time.monotonic() - at > within_seconds:
             return None
-        return self._writer.last_failure
+        if writer.last_success_at is not None and writer.last_success_at > at:
+            return None
+        return writer.last_failure
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside the next group-commit transaction; return after COMMIT."""
-        return await self._writer.write(fn)
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, alone: bool = False) -> T:
+        """Run ``fn`` inside the next group-commit transaction; return after COMMIT.
+        ``alone``: a large write, committed on its own after the others waiting."""
+        return await self._writer.write(fn, alone=alone)
+
+    async def probe_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``write`` for a write that only checks writes go through (readiness): its
+        success is not taken for the store's recovery (``recent_write_failure``)."""
+        return cast("T", await self._writer.write(ProbeWrite(fn)))
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the read connection, inside one read transaction (one snapshot,

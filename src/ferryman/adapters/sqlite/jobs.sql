@@ -97,24 +97,86 @@ WHERE job_id = :job_id AND attempt_id = :attempt_id
 SELECT * FROM attempts WHERE job_id = :job_id ORDER BY attempt_no;
 
 -- name: list_jobs_of_tenant
--- :before is the cursor (a job_id) or a sentinel above every job_id.
-SELECT * FROM jobs
-WHERE tenant_id = :tenant_id
-  AND job_id < :before
-  AND (:status IS NULL OR status = :status)
-  AND (:task IS NULL OR task = :task)
-  AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
-ORDER BY job_id DESC
-LIMIT :limit;
+-- A list reads what a JobSummary holds, never input. :before is the cursor (a job_id)
+-- or a sentinel above every job_id. A row weighs :item_bytes plus the bytes of its
+-- metadata and error. Rows that start past :max_bytes are not handed over, but for the
+-- first two: the page (at least one row, and every row whose running total stays
+-- within the budget) and one row after it, which says another page exists.
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           :item_bytes + coalesce(length(CAST(metadata AS BLOB)), 0)
+               + coalesce(length(CAST(error AS BLOB)), 0) AS listed_bytes
+    FROM jobs
+    WHERE tenant_id = :tenant_id
+      AND job_id < :before
+      AND (:status IS NULL OR status = :status)
+      AND (:task IS NULL OR task = :task)
+      AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
+    ORDER BY job_id DESC
+    LIMIT :limit
+), weighed AS (
+    SELECT *, sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING)
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= :max_bytes OR position <= 2
+ORDER BY job_id DESC;
 
 -- name: list_jobs_of_all
-SELECT * FROM jobs
-WHERE job_id < :before
-  AND (:status IS NULL OR status = :status)
-  AND (:task IS NULL OR task = :task)
-  AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
-ORDER BY job_id DESC
-LIMIT :limit;
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           :item_bytes + coalesce(length(CAST(metadata AS BLOB)), 0)
+               + coalesce(length(CAST(error AS BLOB)), 0) AS listed_bytes
+    FROM jobs
+    WHERE job_id < :before
+      AND (:status IS NULL OR status = :status)
+      AND (:task IS NULL OR task = :task)
+      AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
+    ORDER BY job_id DESC
+    LIMIT :limit
+), weighed AS (
+    SELECT *, sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING)
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= :max_bytes OR position <= 2
+ORDER BY job_id DESC;
+
+-- name: list_jobs_by_ids
+-- Only the named jobs (a client waiting for many): looked up by key, so none of the
+-- tenant's other jobs is read.
+WITH page AS (
+    SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
+           cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
+           completed_at,
+           :item_bytes + coalesce(length(CAST(metadata AS BLOB)), 0)
+               + coalesce(length(CAST(error AS BLOB)), 0) AS listed_bytes
+    FROM jobs
+    WHERE job_id IN (SELECT value FROM json_each(:job_ids))
+      AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+      AND job_id < :before
+      AND (:status IS NULL OR status = :status)
+      AND (:task IS NULL OR task = :task)
+      AND (:error_code IS NULL OR json_extract(error, '$.code') = :error_code)
+    ORDER BY job_id DESC
+    LIMIT :limit
+), weighed AS (
+    SELECT *, sum(listed_bytes) OVER (ORDER BY job_id DESC ROWS UNBOUNDED PRECEDING)
+        AS through_bytes,
+        row_number() OVER (ORDER BY job_id DESC) AS position
+    FROM page
+)
+SELECT * FROM weighed
+WHERE through_bytes - listed_bytes <= :max_bytes OR position <= 2
+ORDER BY job_id DESC;
 
 -- name: stalled_jobs
 -- The status list repeats the partial index's condition so the index is used.
@@ -125,6 +187,15 @@ WHERE status IN ('QUEUED', 'PROCESSING', 'RETRY_SCHEDULED')
        (dispatch_state = 'PENDING' AND status IN ('QUEUED', 'RETRY_SCHEDULED'))
     OR (status = 'PROCESSING' AND lease_until < :cutoff)
     OR (status = 'RETRY_SCHEDULED' AND not_before < :cutoff)
+  )
+  -- Not stranded while a message of the job is still queued (visible, in flight or
+  -- delayed): its next delivery drives the job, and a re-sent one would only be
+  -- delivered again. A job's message ids are 'msg_<job_id>_...' (messages.py): a seek
+  -- in the primary key ('`' is the character after '_').
+  AND NOT EXISTS (
+      SELECT 1 FROM messages
+      WHERE messages.id > 'msg_' || jobs.job_id || '_'
+        AND messages.id < 'msg_' || jobs.job_id || '`'
   )
 ORDER BY updated_at, job_id
 LIMIT :limit;
@@ -196,7 +267,11 @@ SELECT
     COALESCE(SUM(output_tokens), 0) AS output_tokens,
     COALESCE(SUM(cost_nano_usd), 0) AS cost_nano_usd,
     COALESCE(SUM(CASE WHEN outcome = 'succeeded' THEN 0 ELSE cost_nano_usd END), 0)
-        AS wasted_nano_usd
+        AS wasted_nano_usd,
+    -- Answered (a finish reason recorded) without usage: unknown, not in the sums.
+    COALESCE(
+        SUM(finish_reason IS NOT NULL AND (input_tokens IS NULL OR output_tokens IS NULL)), 0
+    ) AS unknown_usage_calls
 FROM attempts
 WHERE started_at >= :start AND started_at < :end
   AND (:tenant_id IS NULL OR tenant_id = :tenant_id)

@@ -20,14 +20,17 @@ if TYPE_CHECKING:
 TENANTS_PER_RECEIVE = 64
 
 
-def new_message_id() -> str:
-    return f"msg_{secrets.token_hex(12)}"
+def new_message_id(job_id: str) -> str:
+    """``msg_<job_id>_<random>``: a job's messages share a prefix, so the stalled scan
+    asks whether a job still has one with a seek in the primary key (jobs.sql,
+    stalled_jobs), and no second index is kept up on the queue's hot path."""
+    return f"msg_{job_id}_{secrets.token_hex(8)}"
 
 
 def insert_message(
     conn: sqlite3.Connection, message: QueueMessage, *, now: float, delay_seconds: float = 0.0
 ) -> str:
-    message_id = new_message_id()
+    message_id = new_message_id(message.job_id)
     conn.execute(
         QUEUE["insert_message"],
         {

@@ -46,12 +46,66 @@ WHERE key_id = :key_id AND revoked_at IS NULL;
 SELECT switch FROM control WHERE paused = 1;
 
 -- name: set_switch
-INSERT INTO control (switch, paused, actor, updated_at)
-VALUES (:switch, :paused, :actor, :updated_at)
+-- An operator's flip: a pause is the operator's (never lifted automatically), whatever
+-- paused it before; a resume lifts any pause.
+INSERT INTO control (switch, paused, actor, updated_at, automatic, reason, paused_at)
+VALUES (:switch, :paused, :actor, :updated_at, 0, :reason, :updated_at)
 ON CONFLICT (switch) DO UPDATE SET
     paused = excluded.paused,
     actor = excluded.actor,
-    updated_at = excluded.updated_at;
+    updated_at = excluded.updated_at,
+    automatic = 0,
+    reason = excluded.reason,
+    paused_at = excluded.paused_at,
+    next_probe_at = NULL,
+    probe_interval_seconds = NULL;
+
+-- name: paused_rows
+-- Rows written before 0005 have no paused_at: the last flip is when they were paused.
+SELECT switch, actor, reason, automatic, COALESCE(paused_at, updated_at) AS since,
+       next_probe_at, probe_interval_seconds
+FROM control
+WHERE paused = 1;
+
+-- name: paused_row
+SELECT switch, actor, reason, automatic, COALESCE(paused_at, updated_at) AS since,
+       next_probe_at, probe_interval_seconds
+FROM control
+WHERE switch = :switch AND paused = 1;
+
+-- name: pause_automatically
+-- Only a switch that is not paused: an operator's pause stays the operator's, and an
+-- automatic one keeps its schedule.
+INSERT INTO control (
+    switch, paused, actor, updated_at, automatic, reason, paused_at, next_probe_at,
+    probe_interval_seconds
+)
+VALUES (
+    :switch, 1, :actor, :since, 1, :reason, :since, :next_probe_at, :probe_interval_seconds
+)
+ON CONFLICT (switch) DO UPDATE SET
+    paused = 1,
+    actor = excluded.actor,
+    updated_at = excluded.updated_at,
+    automatic = 1,
+    reason = excluded.reason,
+    paused_at = excluded.paused_at,
+    next_probe_at = excluded.next_probe_at,
+    probe_interval_seconds = excluded.probe_interval_seconds
+WHERE control.paused = 0;
+
+-- name: take_probe
+-- The one process whose update matches probes; the others find the probe moved on.
+UPDATE control
+SET next_probe_at = :next_probe_at, probe_interval_seconds = :probe_interval_seconds
+WHERE switch = :switch AND paused = 1 AND automatic = 1
+  AND next_probe_at IS NOT NULL AND next_probe_at <= :now;
+
+-- name: resume_automatically
+-- Only the automatic pause that began at :since: never an operator's, never a later one.
+UPDATE control
+SET paused = 0, actor = :actor, updated_at = :now, next_probe_at = NULL
+WHERE switch = :switch AND paused = 1 AND automatic = 1 AND paused_at = :since;
 
 -- name: insert_audit
 INSERT INTO audit (at, actor, action, target, reason)

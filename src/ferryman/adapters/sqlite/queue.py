@@ -6,6 +6,7 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING
 
+from ferryman.adapters import dead_letters
 from ferryman.adapters.sqlite import jobops, messages
 from ferryman.adapters.sqlite.sql import QUEUE
 from ferryman.core.job import SUPPORTED_PAYLOAD_VERSIONS
@@ -16,6 +17,7 @@ from ferryman.ports.queue import (
     QueueMessage,
     QueueStats,
     Received,
+    UndecodableLetter,
 )
 
 if TYPE_CHECKING:
@@ -239,6 +241,31 @@ class SqliteJobQueue:
             lambda conn: conn.execute(QUEUE["delete_dead_letter"], {"id": dead_letter_id})
         )
 
+    async def undecodable_letters(
+        self, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[UndecodableLetter]:
+        params = dead_letters.page_params(limit, after)
+        rows = await self._db.read(
+            lambda conn: conn.execute(QUEUE["undecodable_letters"], params).fetchall()
+        )
+        return [dead_letters.letter_from_row(row) for row in rows]
+
+    async def undecodable_letter(self, dead_letter_id: str) -> UndecodableLetter | None:
+        row = await self._db.read(
+            lambda conn: conn.execute(
+                QUEUE["undecodable_letter"], {"id": dead_letter_id}
+            ).fetchone()
+        )
+        return None if row is None else dead_letters.letter_from_row(row)
+
+    async def delete_undecodable_letter(self, dead_letter_id: str) -> bool:
+        deleted: int = await self._db.write(
+            lambda conn: (
+                conn.execute(QUEUE["delete_undecodable_letter"], {"id": dead_letter_id}).rowcount
+            )
+        )
+        return deleted == 1
+
     async def any_visible(self) -> bool:
         return await self._db.read(partial(_any_visible, now=self._clock.now()))
 
@@ -304,4 +331,5 @@ def _stats(conn: sqlite3.Connection, *, now: float) -> QueueStats:
         in_flight=row["in_flight"],
         oldest_age_seconds=0.0 if oldest is None else max(0.0, now - oldest),
         dead_letters=dead["n"],
+        undecodable_letters=dead["undecodable"],
     )

@@ -64,6 +64,25 @@ LIMIT :limit;
 -- name: delete_dead_letter
 DELETE FROM dead_letters WHERE id = :id;
 
+-- name: undecodable_letters
+-- The letters whose body names no job, for an operator, oldest first.
+SELECT id, body, sent_at, receive_count, dead_lettered_at
+FROM dead_letters
+WHERE job_id IS NULL
+  AND (:after_at IS NULL
+       OR dead_lettered_at > :after_at
+       OR (dead_lettered_at = :after_at AND id > :after_id))
+ORDER BY dead_lettered_at, id
+LIMIT :limit;
+
+-- name: undecodable_letter
+SELECT id, body, sent_at, receive_count, dead_lettered_at
+FROM dead_letters
+WHERE id = :id AND job_id IS NULL;
+
+-- name: delete_undecodable_letter
+DELETE FROM dead_letters WHERE id = :id AND job_id IS NULL;
+
 -- name: message_stats
 SELECT
     COALESCE(SUM(visible_at <= :now), 0) AS visible,
@@ -72,4 +91,4 @@ SELECT
 FROM messages;
 
 -- name: dead_letter_count
-SELECT COUNT(*) AS n FROM dead_letters;
+SELECT COUNT(*) AS n, COALESCE(SUM(job_id IS NULL), 0) AS undecodable FROM dead_letters;

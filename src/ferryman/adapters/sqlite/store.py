@@ -6,11 +6,17 @@ import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ferryman.adapters.job_rows import attempt_from_row, event_from_row, job_from_row
+from ferryman.adapters.job_rows import (
+    UNLIMITED_BYTES,
+    attempt_from_row,
+    event_from_row,
+    job_from_row,
+    summary_page,
+)
 from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import StoreUnavailableError
-from ferryman.ports.store import Accepted, JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import LIST_ITEM_BYTES, Accepted, JobPage, TenantUsage, UsageRow
 
 if TYPE_CHECKING:
     import sqlite3
@@ -23,8 +29,9 @@ if TYPE_CHECKING:
     from ferryman.core.job import Attempt, Event, Job, JobStatus
     from ferryman.ports.store import CreateOutcome, UsageGroup
 
-# A write refused this recently still makes the store not ready, even if the probe's
-# own small write got through (a nearly full disk takes some writes and not others).
+# A refused write keeps the store not ready, even if the probe's own small write got
+# through (a nearly full disk takes some writes and not others), until work is written
+# again or, in a process with no work to write, for this long.
 WRITE_FAILURE_MEMORY_SECONDS = 10.0
 
 # Above every job_id ("gen_" + ULID, ASCII): the first page's upper bound.
@@ -53,12 +60,14 @@ class SqliteJobStore:
     async def create_many(
         self, changes: Sequence[Change], *, idempotency_expires_at: float | None
     ) -> list[CreateOutcome]:
-        # One op of the group-commit writer: one savepoint, so the batch commits whole
-        # or not at all, and shares its fsync with whatever else is being written.
+        # One op of the group-commit writer, in a transaction of its own (a slice of a
+        # tenant's batch: the small writes queued beside it commit first, never after
+        # it), so the slice commits whole or not at all.
         outcomes = await self._db.write(
             partial(
                 jobops.create_many, changes=changes, idempotency_expires_at=idempotency_expires_at
-            )
+            ),
+            alone=True,
         )
         if any(isinstance(o, Accepted) and o.created for o in outcomes) and any(
             change.enqueue for change in changes
@@ -108,25 +117,33 @@ class SqliteJobStore:
         status: JobStatus | None = None,
         task: str | None = None,
         error_code: str | None = None,
+        job_ids: Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        max_bytes: int | None = None,
     ) -> JobPage:
         limit = max(1, limit)
+        if job_ids is not None and not job_ids:
+            return JobPage(jobs=[], next_cursor=None)
+        budget = UNLIMITED_BYTES if max_bytes is None else max_bytes
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
+            "job_ids": None if job_ids is None else json.dumps(list(job_ids)),
             "before": cursor or _FIRST_PAGE,
             "status": None if status is None else str(status),
             "task": task,
             "error_code": error_code,
             # One more than asked tells whether another page exists.
             "limit": limit + 1,
+            "item_bytes": LIST_ITEM_BYTES,
+            "max_bytes": budget,
         }
-        query = JOBS["list_jobs_of_all" if tenant_id is None else "list_jobs_of_tenant"]
-        jobs = await self._db.read(partial(_select_jobs, query=query, params=params))
-        if len(jobs) > limit:
-            jobs = jobs[:limit]
-            return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id)
-        return JobPage(jobs=jobs, next_cursor=None)
+        if job_ids is not None:
+            query = JOBS["list_jobs_by_ids"]
+        else:
+            query = JOBS["list_jobs_of_all" if tenant_id is None else "list_jobs_of_tenant"]
+        rows = await self._db.read(lambda conn: conn.execute(query, params).fetchall())
+        return summary_page(rows, limit=limit, max_bytes=budget)
 
     async def events(self, job_id: str) -> list[Event]:
         def op(conn: sqlite3.Connection) -> list[Event]:
@@ -186,6 +203,7 @@ class SqliteJobStore:
                     output_tokens=row["output_tokens"],
                     cost_nano_usd=row["cost_nano_usd"],
                     wasted_nano_usd=row["wasted_nano_usd"],
+                    unknown_usage_calls=row["unknown_usage_calls"],
                 )
                 for row in rows
             ]
@@ -210,7 +228,7 @@ class SqliteJobStore:
             # Goes through the group-commit writer like every other write, so it fails
             # exactly when they do (a locked file, a full disk).
             at = self._clock.now() if self._clock is not None else 0.0
-            await self._db.write(lambda conn: conn.execute(JOBS["write_probe"], {"at": at}))
+            await self._db.probe_write(lambda conn: conn.execute(JOBS["write_probe"], {"at": at}))
             failure = self._db.recent_write_failure(WRITE_FAILURE_MEMORY_SECONDS)
             if failure is not None:
                 raise StoreUnavailableError(f"a write failed in the last seconds: {failure}")

@@ -80,6 +80,20 @@ def begin_immediate(conn: sqlite3.Connection, *, patience_seconds: float) -> Non
             wait = min(wait * 2, _LONGEST_LOCK_WAIT_SECONDS)
 
 
+class ProbeWrite:
+    """A write made only to see whether writes go through (readiness): its success says
+    nothing about the writes that carry work (a nearly full disk takes a small write
+    and refuses a large one), so it never counts as the store's recovery."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        return self.fn(conn)
+
+
 class GroupCommitWriter:
     """The single writer thread of one SQLite connection."""
 
@@ -98,9 +112,12 @@ class GroupCommitWriter:
             self._commit_batch, max_batch=max_batch, name=name
         )
         # The latest write the engine refused (a locked file, a full disk), on the
-        # monotonic clock: readiness reports it for a while after it happened.
+        # monotonic clock: readiness reports it until work is written again.
         self.last_failure_at: float | None = None
         self.last_failure: str | None = None
+        # The latest commit of work (not only probes) in which no write was refused.
+        self.last_success_at: float | None = None
+        self._failures = 0
 
     @property
     def commits(self) -> int:
@@ -110,10 +127,12 @@ class GroupCommitWriter:
     def ops(self) -> int:
         return self._thread.requests
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in the next batch's transaction; return after its COMMIT."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, alone: bool = False) -> T:
+        """Run ``fn`` in the next batch's transaction; return after its COMMIT.
+        ``alone``: a large write, in a transaction of its own after the writes waiting
+        with it (adapters/batching.py), so theirs never waits for it."""
         try:
-            future = self._thread.submit(fn)
+            future = self._thread.submit(fn, alone=alone)
         except ClosedError:
             raise StoreUnavailableError("the database is closed") from None
         return cast("T", await future)
@@ -123,6 +142,7 @@ class GroupCommitWriter:
         self._thread.close()
 
     def _commit_batch(self, ops: list[Callable[[sqlite3.Connection], Any]]) -> list[Outcome]:
+        failures = self._failures
         try:
             self._begin()
             outcomes = self._run_plainly(ops)
@@ -139,6 +159,8 @@ class GroupCommitWriter:
             self._note_failure(exc)
             failed = Outcome(error=unavailable(exc))
             return [failed] * len(ops)
+        if self._failures == failures and not all(isinstance(op, ProbeWrite) for op in ops):
+            self.last_success_at = time.monotonic()
         return outcomes
 
     def _begin(self) -> None:
@@ -185,6 +207,7 @@ class GroupCommitWriter:
     def _note_failure(self, exc: sqlite3.Error) -> None:
         self.last_failure = f"{type(exc).__name__}: {exc}"
         self.last_failure_at = time.monotonic()
+        self._failures += 1
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:

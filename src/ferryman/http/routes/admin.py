@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
+from ferryman.core.errors import DeadLetterNotFoundError, InvalidRequestError
 from ferryman.http.auth import Admin, app_deps
-from ferryman.http.bodies import ReplayRequest, SwitchRequest, read_body
+from ferryman.http.bodies import PurgeLettersRequest, ReplayRequest, SwitchRequest, read_body
 from ferryman.http.openapi import Access, operation
-from ferryman.http.schemas import AdminJobPage, AuditPage, PausedState, ReplayReport
-from ferryman.http.views import Cursor, admin_job_body, audit_body
+from ferryman.http.schemas import (
+    AdminJobPage,
+    AuditPage,
+    PausedState,
+    PurgedLetters,
+    ReplayReport,
+    UndecodableLetterPage,
+)
+from ferryman.http.schemas import UndecodableLetter as UndecodableLetterSchema
+from ferryman.http.views import Cursor, admin_job_body, audit_body, undecodable_letter_body
+from ferryman.services.operations import LETTER_CURSOR_PATTERN
 
 router = APIRouter(prefix="/v1/admin", tags=["operations"])
 
@@ -32,10 +42,82 @@ async def dead_letters(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Cursor = None,
 ) -> JSONResponse:
-    page = await app_deps(request).operations.dead_letters(limit=limit, cursor=cursor)
+    operations = app_deps(request).operations
+    page = await operations.dead_letters(limit=limit, cursor=cursor)
+    stats = await operations.queue_stats()
     return JSONResponse(
-        {"data": [admin_job_body(job) for job in page.jobs], "next_cursor": page.next_cursor}
+        {
+            "data": [admin_job_body(job) for job in page.jobs],
+            "next_cursor": page.next_cursor,
+            "undecodable_letters": stats.undecodable_letters,
+        }
     )
+
+
+@router.get(
+    "/dead-letters/undecodable",
+    **operation(
+        "listUndecodableLetters",
+        UndecodableLetterPage,
+        access=Access.ADMIN,
+        params=True,
+        summary="Dead letters no worker can read",
+        errors=(InvalidRequestError,),
+    ),
+)
+async def undecodable_letters(
+    request: Request,
+    principal: Admin,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=LETTER_CURSOR_PATTERN, description="The next_cursor of the previous page."),
+    ] = None,
+) -> JSONResponse:
+    """Messages whose body names no job, oldest first: nothing was failed for them."""
+    page = await app_deps(request).operations.undecodable_letters(limit=limit, cursor=cursor)
+    return JSONResponse(
+        {
+            "data": [undecodable_letter_body(letter) for letter in page.letters],
+            "next_cursor": page.next_cursor,
+        }
+    )
+
+
+@router.get(
+    "/dead-letters/undecodable/{dead_letter_id}",
+    **operation(
+        "getUndecodableLetter",
+        UndecodableLetterSchema,
+        access=Access.ADMIN,
+        params=True,
+        summary="One dead letter no worker can read, with its body",
+        errors=(DeadLetterNotFoundError,),
+    ),
+)
+async def undecodable_letter(
+    request: Request, principal: Admin, dead_letter_id: Annotated[str, Path(max_length=128)]
+) -> JSONResponse:
+    letter = await app_deps(request).operations.undecodable_letter(dead_letter_id)
+    return JSONResponse(undecodable_letter_body(letter, whole=True))
+
+
+@router.post(
+    "/dead-letters/undecodable/purge",
+    **operation(
+        "purgeUndecodableLetters",
+        PurgedLetters,
+        access=Access.ADMIN,
+        body=PurgeLettersRequest,
+        summary="Delete dead letters no worker can read",
+    ),
+)
+async def purge_undecodable(request: Request, principal: Admin) -> JSONResponse:
+    body = await read_body(request, PurgeLettersRequest)
+    report = await app_deps(request).operations.purge_undecodable(
+        body.dead_letter_ids, actor=principal.key_id, reason=body.reason
+    )
+    return JSONResponse({"purged": report.purged, "not_found": report.not_found})
 
 
 @router.post(

@@ -83,4 +83,5 @@ async def metrics_text(request: Request) -> Response:
         metrics.QUEUE_DEPTH.labels(state="in_flight").set(stats.in_flight)
         metrics.OLDEST_MESSAGE_AGE.set(stats.oldest_age_seconds)
         metrics.DLQ_DEPTH.set(stats.dead_letters)
+        metrics.UNDECODABLE_DEAD_LETTERS.set(stats.undecodable_letters)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

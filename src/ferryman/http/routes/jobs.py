@@ -35,11 +35,13 @@ from ferryman.http.openapi import (
 from ferryman.http.schemas import Job, JobHistory, JobPage, Submission
 from ferryman.http.views import (
     Cursor,
+    JobIds,
     JsonBody,
     SubmittedBody,
     attempt_body,
     event_body,
     job_body,
+    job_detail_body,
     list_item_body,
 )
 from ferryman.services.intake import SubmitRequest
@@ -103,13 +105,14 @@ async def list_jobs(
     task: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Cursor = None,
+    job_id: JobIds = None,
 ) -> JSONResponse:
     page = await app_deps(request).jobs.list(
-        principal.tenant_id, status=status, task=task, limit=limit, cursor=cursor
+        principal.tenant_id, status=status, task=task, job_ids=job_id, limit=limit, cursor=cursor
     )
     return JsonBody(
         {
-            "data": [list_item_body(view) for view in page.views],
+            "data": [list_item_body(item) for item in page.items],
             "next_cursor": page.next_cursor,
         }
     )
@@ -128,7 +131,7 @@ async def list_jobs(
 )
 async def get_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
     view = await app_deps(request).jobs.get(principal.tenant_id, job_id)
-    return JsonBody(job_body(view.job, result_json=view.result_json))
+    return JsonBody(job_detail_body(view))
 
 
 @router.get(

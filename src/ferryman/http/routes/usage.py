@@ -113,4 +113,5 @@ def _row_body(row: UsageRow) -> dict[str, Any]:
         "output_tokens": row.output_tokens,
         "cost_usd": usd(row.cost_nano_usd),
         "wasted_cost_usd": usd(row.wasted_nano_usd),
+        "unknown_usage_calls": row.unknown_usage_calls,
     }
