@@ -45,9 +45,10 @@ DOCUMENTED_ADDRESS = "127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 40.0
-# A reader who takes a while to switch terminals before starting a worker: longer than
-# the tour's lease (3 s) plus lease + visibility (7 s), where a sweeper with its default
-# stall threshold would re-send the job a crashed worker left.
+# A reader who takes a while to switch terminals before starting a worker (or a busy
+# machine): longer than the tour's lease (3 s) plus the sweeper's stall threshold
+# (lease + visibility, 7 s), so the worker's sweeper finds the crashed job stalled as
+# well as waiting for it, and step 6's history must still read as shown.
 SLOW_READER_PAUSE_SECONDS = 15.0
 
 _DIRECTIVE = re.compile(r"^<!--\s*tutorial:\s*(.*?)\s*-->$")
