@@ -203,6 +203,39 @@ def test_times_are_date_times_in_the_document(document: dict[str, Any]) -> None:
     )
 
 
+@pytest.mark.parametrize("sim_scripts", [False, True])
+async def test_the_simulate_block_is_offered_only_where_scripts_are_taken(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    sim_scripts: bool,
+) -> None:
+    """No input the document or GET /v1/tasks describes is refused: with scripts off
+    (the default) neither offers the sim's simulate block."""
+    intake = Intake(
+        store=http_stack.store,
+        queue=http_stack.queue,
+        tasks=http_stack.tasks,
+        control=http_stack.control,
+        clock=http_stack.clock,
+        idempotency_retention_seconds=60.0,
+        catalog=ModelCatalog.serving_own_names([http_stack.provider]),
+        sim_scripts=sim_scripts,
+    )
+    app = http_stack.app(intake=intake)
+    document = (await http_open_client(app).get("/openapi.json")).json()
+    listed = (await http_open_client(app, http_keys.acme).get("/v1/tasks")).json()["data"]
+
+    inputs = [
+        schema
+        for name, schema in document["components"]["schemas"].items()
+        if name.startswith("TaskInput.")
+    ]
+    assert inputs and len(listed) == len(inputs)
+    for schema in inputs + [task["input_schema"] for task in listed]:
+        assert ("simulate" in schema["properties"]) is sim_scripts
+
+
 async def test_the_body_per_task_follows_the_registry_and_the_catalog(
     http_stack: HttpStack, http_open_client: Callable[..., httpx.AsyncClient]
 ) -> None:
@@ -229,7 +262,8 @@ async def test_the_body_per_task_follows_the_registry_and_the_catalog(
         entry = schemas[mapping[task.name].rsplit("/", 1)[-1]]
         assert entry["properties"]["task"]["const"] == task.name
         task_input = schemas[entry["properties"]["input"]["$ref"].rsplit("/", 1)[-1]]
-        assert set(task_input["properties"]) == set(task.input_schema["properties"])
+        # Scripts are off here: the sim's simulate block is not offered.
+        assert set(task_input["properties"]) == set(task.input_schema["properties"]) - {"simulate"}
         # Only the models this deployment serves can be named.
         assert entry["properties"]["model"]["anyOf"][0]["enum"] == ["sim"]
     # A batch's items are the same bodies, each with its own idempotency_key.

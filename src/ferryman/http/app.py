@@ -145,6 +145,11 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(keys.router)
     app.include_router(usage.router)
     app.include_router(health.router)
-    tasks.install(app, deps.tasks)
-    install_openapi(app, deps.tasks, models=lambda: deps.intake.model_names())
+    tasks.install(app, deps.tasks, sim_scripts=deps.intake.sim_scripts)
+    install_openapi(
+        app,
+        deps.tasks,
+        models=lambda: deps.intake.model_names(),
+        sim_scripts=deps.intake.sim_scripts,
+    )
     return app

@@ -142,7 +142,11 @@ _COMPONENT_REF = "#/components/schemas/"
 
 
 def describe_task_bodies(
-    document: dict[str, Any], registry: TaskRegistry, *, models: list[str] | None = None
+    document: dict[str, Any],
+    registry: TaskRegistry,
+    *,
+    models: list[str] | None = None,
+    sim_scripts: bool = False,
 ) -> None:
     """Make the OpenAPI ``document`` show the submission body per registered task: a
     ``oneOf`` with a discriminator on ``task``, each entry's ``input`` being that task's
@@ -152,7 +156,8 @@ def describe_task_bodies(
     base = GenerationRequest.model_json_schema()
     mapping: dict[str, str] = {}
     for task in registry:
-        input_ref = _add_component(schemas, f"TaskInput.{task.name}", task.input_schema, task.name)
+        input_schema = task.published_input_schema(simulate=sim_scripts)
+        input_ref = _add_component(schemas, f"TaskInput.{task.name}", input_schema, task.name)
         entry = json.loads(json.dumps(base))
         entry["title"] = f"GenerationRequest.{task.name}"
         if task.description:

@@ -259,9 +259,11 @@ def install_openapi(
     registry: TaskRegistry | None,
     *,
     models: Callable[[], list[str] | None] = lambda: None,
+    sim_scripts: bool = False,
 ) -> None:
     """Finish the app's document when it is first generated (FastAPI caches it).
-    ``models``: the model names a submission may name (None: any), asked then."""
+    ``models``: the model names a submission may name (None: any), asked then;
+    ``sim_scripts``: whether a task's input may carry ``simulate``."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -269,7 +271,7 @@ def install_openapi(
             document = generate()
             _add_problem_components(document)
             if registry is not None:
-                describe_task_bodies(document, registry, models=models())
+                describe_task_bodies(document, registry, models=models(), sim_scripts=sim_scripts)
                 describe_batch_body(document)
         return app.openapi_schema  # type: ignore[return-value]
 

@@ -329,6 +329,11 @@ class Intake:
                 final.append(Submission(job=job, replayed=False))
         return final
 
+    @property
+    def sim_scripts(self) -> bool:
+        """Whether a job's input may carry the simulated model's ``simulate`` script."""
+        return self._sim_scripts
+
     async def submit(
         self,
         *,

@@ -199,6 +199,15 @@ class TaskDefinition(Generic[InputT]):
         """The JSON Schema a job's ``input`` must follow (a copy, safe to change)."""
         return self._inputs.json_schema()
 
+    def published_input_schema(self, *, simulate: bool) -> dict[str, Any]:
+        """``input_schema`` as a deployment tells its clients: without the sim's
+        ``simulate`` block where scripts are refused (``FERRYMAN_SIM_SCRIPTS`` off), so
+        no input the document describes is refused."""
+        schema = self.input_schema
+        if not simulate:
+            schema.get("properties", {}).pop("simulate", None)
+        return schema
+
     @property
     def output_schema(self) -> dict[str, Any]:
         """The JSON Schema a model's answer must follow (a copy, safe to change)."""

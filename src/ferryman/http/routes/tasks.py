@@ -35,18 +35,20 @@ async def list_tasks(request: Request, principal: Tenant) -> JSONResponse:
     return JsonBody(listing)
 
 
-def install(app: FastAPI, registry: TaskRegistry | None) -> None:
+def install(app: FastAPI, registry: TaskRegistry | None, *, sim_scripts: bool) -> None:
     """Serve GET /v1/tasks for ``registry`` (the one intake validates against).
     Without a registry (an app built to test other routes) it is not there, and the
-    OpenAPI document describes no task's body (http/openapi.py)."""
+    OpenAPI document describes no task's body (http/openapi.py). ``sim_scripts``:
+    whether inputs may carry ``simulate`` (their schemas show it only then)."""
     if registry is None:
         return
     # The registry is fixed once the process has started: build the listing once.
-    app.state.task_listing = {"data": [task_body(task) for task in registry]}
+    listing = [task_body(task, sim_scripts=sim_scripts) for task in registry]
+    app.state.task_listing = {"data": listing}
     app.include_router(router)
 
 
-def task_body(task: TaskDefinition[Any]) -> dict[str, Any]:
+def task_body(task: TaskDefinition[Any], *, sim_scripts: bool) -> dict[str, Any]:
     """One task as GET /v1/tasks shows it; a default of null is the deployment's."""
     return {
         "name": task.name,
@@ -58,6 +60,6 @@ def task_body(task: TaskDefinition[Any]) -> dict[str, Any]:
             "max_tokens": task.max_tokens,
             "temperature": task.temperature,
         },
-        "input_schema": task.input_schema,
+        "input_schema": task.published_input_schema(simulate=sim_scripts),
         "output_schema": task.output_schema,
     }
