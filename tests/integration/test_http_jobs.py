@@ -70,11 +70,10 @@ async def test_full_flow_submit_work_read(
     assert body["created_at"] == "2023-11-14T22:13:20.000000Z"  # the FakeClock's start
     assert body["completed_at"] == "2023-11-14T22:13:21.500000Z"
 
-    # A list shows each job exactly as GET does, result included; only GET of one job
-    # says why a waiting job waits.
+    # A list shows each job exactly as GET does, result and why it waits included.
     assert body["waiting"] is None
     listed = (await http_client.get("/v1/generations")).json()["data"]
-    assert listed == [{name: value for name, value in body.items() if name != "waiting"}]
+    assert listed == [body]
 
 
 async def test_a_failed_job_shows_its_error(

@@ -59,6 +59,9 @@ async def test_a_queued_job_says_which_paused_provider_it_waits_for(
     }
     assert body["waiting"]["since"].endswith("Z")
     assert SECRET_REASON not in waiting.text
+    # A list says it as GET does: one look at the pauses for the page.
+    listed = (await acme.get("/v1/generations", params={"job_id": job_id})).json()["data"]
+    assert listed == [body]
     assert (await http_stack.store.get(job_id)).revision == stored.revision  # read, not written
 
     await admin.post("/v1/admin/resume", json={"what": "provider", "provider": "sim"})

@@ -181,6 +181,7 @@ def summary_from_row(row: Row) -> JobSummary:
         cancel_requested=bool(row["cancel_requested"]),
         attempt_id=row["attempt_id"],
         result_ref=row["result_ref"],
+        fallback_level=row["fallback_level"],
     )
 
 

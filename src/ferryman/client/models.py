@@ -84,7 +84,7 @@ class ResultFailure(ApiModel):
 
 class JobWait(ApiModel):
     """Why a queued job (or one waiting for its retry) is not run now: the provider
-    behind its model is paused (GET of one job only)."""
+    behind its model is paused."""
 
     reason: str
     provider: str

@@ -144,10 +144,8 @@ class Job(JobSummary):
     result: Any = Field(description="The validated output (any JSON), or null.")
     result_error: ResultErrorBody | None
     waiting: JobWait | None = Field(
-        default=None,
-        description="GET of one job only: while it is QUEUED or RETRY_SCHEDULED and the "
-        "provider behind its model is paused, which provider, since when and how it "
-        "resumes; else null.",
+        description="While it is QUEUED or RETRY_SCHEDULED and the provider behind its "
+        "model is paused: which provider, since when and how it resumes; else null."
     )
 
 

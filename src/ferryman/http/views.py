@@ -143,7 +143,10 @@ def job_body(
 def list_item_body(item: ListedJob) -> dict[str, Any]:
     """A job in a list, the fields of a single GET made from its summary: a result that
     cannot be served is an error on this item alone."""
-    return job_body(item.summary, result_json=item.result_json, result_error=item.result_error)
+    return {
+        **job_body(item.summary, result_json=item.result_json, result_error=item.result_error),
+        "waiting": waiting_body(item.waiting),
+    }
 
 
 def job_detail_body(view: JobView) -> dict[str, Any]:

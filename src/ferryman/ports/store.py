@@ -69,6 +69,8 @@ class JobSummary:
     # the tenant and job id they make the key a result is verified against.
     attempt_id: str | None
     result_ref: str | None
+    # Which of its model's fallbacks it runs on: whose provider a waiting job waits for.
+    fallback_level: int = 0
 
     @classmethod
     def of(cls, job: Job) -> JobSummary:
@@ -88,6 +90,7 @@ class JobSummary:
             cancel_requested=job.cancel_requested,
             attempt_id=job.attempt_id,
             result_ref=job.result_ref,
+            fallback_level=job.fallback_level,
         )
 
 

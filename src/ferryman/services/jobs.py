@@ -70,7 +70,7 @@ class JobView:
     job: Job
     # The result's JSON exactly as stored (verified); None when there is none to show.
     result_json: bytes | None = None
-    # The pause of its provider, while it holds the waiting job (``get`` only).
+    # The pause of its provider, while it holds the waiting job.
     waiting: ProviderPause | None = None
 
     @property
@@ -87,6 +87,8 @@ class ListedJob:
     result_json: bytes | None = None
     # Why a SUCCEEDED job's result is not shown: an error on this item alone.
     result_error: FerrymanError | None = None
+    # The pause of its provider, while it holds the waiting job.
+    waiting: ProviderPause | None = None
 
     @property
     def result(self) -> Any:
@@ -179,9 +181,13 @@ class JobQueries:
         reads = await self._read_within_budget(
             page.jobs, budget=self._list_max_bytes - page.listed_bytes
         )
+        served = page.jobs[: len(reads)]
+        waits = [None] * len(served) if self._waits is None else await self._waits.of_each(served)
         items = [
-            ListedJob(summary=summary, result_json=read.data, result_error=read.error)
-            for summary, read in zip(page.jobs, reads, strict=False)
+            ListedJob(
+                summary=summary, result_json=read.data, result_error=read.error, waiting=waiting
+            )
+            for summary, read, waiting in zip(served, reads, waits, strict=True)
         ]
         if len(items) < len(page.jobs):
             # The results filled the page first: the next one starts after the last served.

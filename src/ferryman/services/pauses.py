@@ -15,8 +15,11 @@ from ferryman.core.errors import ProviderError
 from ferryman.core.job import JobStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ferryman.core.job import Job
     from ferryman.ports.control import ControlStore, ProviderPause
+    from ferryman.ports.store import JobSummary
     from ferryman.services.catalog import ModelCatalog
 
 # How long a worker trusts its last look at which providers are paused.
@@ -72,12 +75,25 @@ class WaitReasons:
         self._catalog = catalog
         self._control = control
 
-    async def of(self, job: Job) -> ProviderPause | None:
+    async def of(self, job: Job | JobSummary) -> ProviderPause | None:
         """The pause holding ``job`` (queued or waiting for a retry), or None."""
+        [pause] = await self.of_each([job])
+        return pause
+
+    async def of_each(self, jobs: Sequence[Job | JobSummary]) -> list[ProviderPause | None]:
+        """``of`` for each job, in order, with one look at the pauses (none when no job
+        waits)."""
+        providers = [self._provider_of(job) for job in jobs]
+        if not any(providers):
+            return [None] * len(jobs)
+        pauses = await self._control.provider_pauses()
+        return [None if provider is None else pauses.get(provider) for provider in providers]
+
+    def _provider_of(self, job: Job | JobSummary) -> str | None:
+        """The provider a waiting job waits for; None for a job that does not wait."""
         if job.status not in _WAITING:
             return None
         try:
-            provider = self._catalog.route_at(job.model, job.fallback_level).provider.name
+            return self._catalog.route_at(job.model, job.fallback_level).provider.name
         except ProviderError:
             return None  # a model this process does not know: nothing to say about it
-        return (await self._control.provider_pauses()).get(provider)

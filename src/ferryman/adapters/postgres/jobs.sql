@@ -61,7 +61,7 @@ SELECT * FROM attempts WHERE job_id = %(job_id)s ORDER BY attempt_no;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
                + coalesce(octet_length(error), 0) AS listed_bytes
     FROM jobs
@@ -86,7 +86,7 @@ ORDER BY job_id DESC;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
                + coalesce(octet_length(error), 0) AS listed_bytes
     FROM jobs
@@ -111,7 +111,7 @@ ORDER BY job_id DESC;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
                + coalesce(octet_length(error), 0) AS listed_bytes
     FROM jobs
@@ -135,7 +135,7 @@ ORDER BY job_id DESC;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
                + coalesce(octet_length(error), 0) AS listed_bytes
     FROM jobs
@@ -161,7 +161,7 @@ ORDER BY job_id DESC;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            %(item_bytes)s::bigint + coalesce(octet_length(metadata), 0)
                + coalesce(octet_length(error), 0) AS listed_bytes
     FROM jobs

@@ -105,7 +105,7 @@ SELECT * FROM attempts WHERE job_id = :job_id ORDER BY attempt_no;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            :item_bytes + coalesce(length(CAST(metadata AS BLOB)), 0)
                + coalesce(length(CAST(error AS BLOB)), 0) AS listed_bytes
     FROM jobs
@@ -130,7 +130,7 @@ ORDER BY job_id DESC;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            :item_bytes + coalesce(length(CAST(metadata AS BLOB)), 0)
                + coalesce(length(CAST(error AS BLOB)), 0) AS listed_bytes
     FROM jobs
@@ -156,7 +156,7 @@ ORDER BY job_id DESC;
 WITH page AS (
     SELECT job_id, tenant_id, task, model, metadata, status, attempt_count, attempt_id,
            cancel_requested, result_ref, error, correlation_id, created_at, updated_at,
-           completed_at,
+           completed_at, fallback_level,
            :item_bytes + coalesce(length(CAST(metadata AS BLOB)), 0)
                + coalesce(length(CAST(error AS BLOB)), 0) AS listed_bytes
     FROM jobs
