@@ -29,6 +29,8 @@ SECRET = "my-secret-prompt-d41d8"
 class ExplodingIntake:
     """An intake that fails the way a bug would: the input in its locals and message."""
 
+    sim_scripts = False
+
     async def submit(self, *, request: Any, **kwargs: Any) -> Any:
         customer_input = request.input
         raise RuntimeError(f"cannot submit {customer_input}")
