@@ -13,7 +13,8 @@ with the same Idempotency-Key, which may land on another API process.
 
 PostgreSQL runs use a fresh database on the server FERRYMAN_TEST_POSTGRES_URL names
 (default: the local one, user postgres); a missing server skips locally and fails
-under CI=true, the same rule as the contract suite's.
+under CI=true, the same rule as the contract suite's. The run that restarts the server
+restarts one of its own (throwaway_postgres.py), never that shared one.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
 import pytest
+from throwaway_postgres import ServerUnavailableError, ThrowawayPostgres, throwaway_postgres
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 FAILPOINTS = (
@@ -497,87 +499,45 @@ def postgres_database(
     try:
         yield PostgresDatabase(server=server, url=_database_url(server, name), name=name)
     finally:
-        _wait_for_server(server)  # a failed restart test must not strand the drop
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _wait_for_server(server: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while (why := _server_answers(server)) is not None:
-        assert time.monotonic() < deadline, f"PostgreSQL did not come back: {why}"
-        time.sleep(0.2)
+@dataclass(frozen=True)
+class RestartablePostgres:
+    """A server of the test's own (throwaway_postgres.py) and the way to restart it."""
 
+    server: ThrowawayPostgres
 
-def _local_cluster(server: str) -> tuple[str, str] | None:
-    """The (version, name) of the local cluster serving the URL's port, if this
-    machine manages it with postgresql-common and we may control it (root)."""
-    parts = urllib.parse.urlsplit(server)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or os.geteuid() != 0:
-        return None
-    try:
-        listing = subprocess.run(
-            ["pg_lsclusters", "--no-header"], capture_output=True, text=True, timeout=30
-        )
-    except FileNotFoundError:
-        return None
-    port = str(parts.port or 5432)
-    for line in listing.stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[2] == port and fields[3] == "online":
-            return fields[0], fields[1]
-    return None
+    @property
+    def engine(self) -> dict[str, str]:
+        return {
+            "FERRYMAN_DATABASE_URL": self.server.url,
+            "FERRYMAN_POSTGRES_POOL_MAX_SIZE": "4",
+        }
 
-
-@contextmanager
-def _restartable(
-    server: str, require_service: Callable[[str, str], NoReturn]
-) -> Iterator[Callable[[], None]]:
-    cluster = _local_cluster(server)
-    if cluster is None:
-        require_service(
-            "a restartable PostgreSQL", f"{server} is not a local cluster this user controls"
-        )
-    version, name = cluster
-
-    def restart() -> None:
-        subprocess.run(
-            [
-                "pg_ctlcluster",
-                "--skip-systemctl-redirect",
-                "--mode",
-                "fast",
-                version,
-                name,
-                "restart",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        _wait_for_server(server)
-
-    try:
-        yield restart
-    finally:
-        # Leave the server running whatever happened: other suites share it.
-        if _server_answers(server) is not None:
-            subprocess.run(
-                ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "start"],
-                capture_output=True,
-                timeout=120,
-            )
-            _wait_for_server(server)
+    def restart(self) -> None:
+        """Fast shutdown (every session ends) and start; returns once a new postmaster
+        answers a query."""
+        self.server.restart()
+        why = _server_answers(self.server.url)
+        assert why is None, f"the restarted server does not answer: {why}"
 
 
 @pytest.fixture
-def restart_postgres(
-    postgres_database: PostgresDatabase, require_service: Callable[[str, str], NoReturn]
-) -> Iterator[Callable[[], None]]:
-    """Restarts the local server (fast shutdown: every session ends) and waits until it
-    answers again; the server is left running even when the test fails."""
-    with _restartable(postgres_database.server, require_service) as restart:
-        yield restart
+def restartable_postgres(
+    require_service: Callable[[str, str], NoReturn],
+) -> Iterator[RestartablePostgres]:
+    """A throwaway PostgreSQL server (initdb into a temporary directory, a free port of
+    127.0.0.1) that the test may restart; stopped and deleted after it, even on failure.
+    The machine's server is never touched. Without the server binaries the test skips
+    locally and fails under CI=true."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(throwaway_postgres())
+        except ServerUnavailableError as exc:
+            require_service("a PostgreSQL server of the test's own", str(exc))
+        yield RestartablePostgres(server)
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ while every connection of ferryman's is terminated mid-load, several times
 server itself is restarted mid-load. The harness (conftest.py) asserts the same
 invariants as on SQLite: every job SUCCEEDED with exactly one succeeded attempt, no
 attempt left without an outcome, no job stuck, each result the right one for its
-prompt. Clients retry a 503 or a dropped connection with the same Idempotency-Key, as
-the API asks them to.
+prompt. The restart run restarts a throwaway server of its own (initdb into a temporary
+directory, a free port), never the shared one. Clients retry a 503 or a dropped
+connection with the same Idempotency-Key, as the API asks them to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -47,18 +47,17 @@ def test_terminating_every_connection_mid_load_loses_nothing(
 
 
 def test_restarting_the_server_mid_load_loses_nothing(
-    chaos: Any,
-    postgres_database: Any,
-    restart_postgres: Callable[[], None],
-    scenario: Any,
+    chaos: Any, restartable_postgres: Any, scenario: Any
 ) -> None:
+    # A server of the test's own: restarting the shared one would end every other
+    # session on it.
     report = chaos(
         scenario(
-            engine=postgres_database.engine,
+            engine=restartable_postgres.engine,
             apis=2,
             workers=4,
             jobs=JOBS,
-            disrupt=restart_postgres,
+            disrupt=restartable_postgres.restart,
             disrupt_after=(JOBS // 2,),
         )
     )

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from ferryman.adapters.sqlite import SqliteDatabase
+from ferryman.adapters.sqlite.checkpoints import Checkpoints
 from ferryman.adapters.sqlite.writer import begin_immediate
 from ferryman.core.errors import StoreUnavailableError
 
@@ -205,18 +206,94 @@ async def test_checkpoints_run_beside_the_writer_not_in_its_commits(db: SqliteDa
     assert await db.write(_pragma("wal_autocheckpoint")) == 4_000
     checkpointer = db._checkpointer
     assert checkpointer is not None
+    steps = checkpointer.steps
     for i in range(20):
         await db.write(_insert(f"k{i}"))
-    # ...the checkpointer thread copies the WAL into the file once the writer committed.
-    async with asyncio.timeout(5):
-        while checkpointer.last is None or checkpointer.last[1] < checkpointer.last[0]:  # noqa: ASYNC110
+    # ...the checkpointer thread copies the WAL into the file once it saw the writer's
+    # last commit (the figures are published before the count it acted on).
+    async with asyncio.timeout(10):
+        while steps.seen_commits != db.commit_count or steps.last is None:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
-    assert checkpointer.last[0] > 0
-    # Idle writer, idle checkpointer: nothing new committed, no checkpoint run.
-    runs = checkpointer.checkpoints
-    await asyncio.sleep(0.2)
-    assert checkpointer.checkpoints == runs
+    assert steps.last[0] > 0
+    assert steps.last[1] == steps.last[0]
+    # Idle writer, idle checkpointer: the thread looks twice more and runs nothing.
+    runs, ticks = steps.checkpoints, steps.ticks
+    async with asyncio.timeout(10):
+        while steps.ticks < ticks + 2:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert steps.checkpoints == runs
     assert await db.read(_keys) == {f"k{i}" for i in range(20)}
+
+
+class _Writer:
+    """A WAL file, a connection that writes to it and the commit counter the
+    checkpointer reads, advanced by hand."""
+
+    def __init__(self, path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA wal_autocheckpoint=0")  # only our checkpoints copy
+        self.conn.execute("CREATE TABLE t (v TEXT)")
+        self.commits = 0
+
+    def commit(self) -> None:
+        self.conn.execute("INSERT INTO t VALUES ('x')")
+        self.commits += 1
+
+
+def test_a_checkpoint_runs_only_when_the_writer_committed_since_the_last(tmp_path) -> None:
+    writer = _Writer(tmp_path / "c.db")
+    steps = Checkpoints(sqlite3.connect(tmp_path / "c.db"), lambda: writer.commits)
+    try:
+        assert steps.tick() is False  # nothing committed since it began
+        assert (steps.checkpoints, steps.last) == (0, None)
+
+        writer.commit()
+        assert steps.tick() is True
+        wal_pages, copied = steps.last
+        assert wal_pages > 0 and copied == wal_pages  # no reader held a page back
+        assert steps.tick() is False  # nothing new since
+        assert steps.tick() is False
+
+        writer.commit()
+        writer.commit()
+        assert steps.tick() is True  # two commits, one checkpoint
+        assert steps.tick() is False
+        assert (steps.checkpoints, steps.ticks) == (2, 6)
+    finally:
+        writer.conn.close()
+
+
+class _FailsFirst:
+    """A connection whose first statement fails (as a busy or broken file's would)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.calls = 0
+
+    def execute(self, sql: str) -> sqlite3.Cursor:
+        self.calls += 1
+        if self.calls == 1:
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._conn.execute(sql)
+
+
+def test_a_failed_checkpoint_waits_for_the_next_commit_and_stops_nothing(tmp_path) -> None:
+    writer = _Writer(tmp_path / "c.db")
+    conn = _FailsFirst(sqlite3.connect(tmp_path / "c.db"))
+    steps = Checkpoints(conn, lambda: writer.commits)  # type: ignore[arg-type]
+    try:
+        writer.commit()
+        assert steps.tick() is False  # failed, not raised: the thread goes on
+        assert (steps.checkpoints, steps.last) == (0, None)
+        assert steps.tick() is False
+        assert conn.calls == 1  # not tried again before the writer commits again
+        writer.commit()
+        assert steps.tick() is True
+        assert steps.last is not None and steps.last[1] == steps.last[0] > 0
+    finally:
+        conn._conn.close()
+        writer.conn.close()
 
 
 def _other_process_holds_the_write_lock(path) -> sqlite3.Connection:

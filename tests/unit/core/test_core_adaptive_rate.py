@@ -203,3 +203,41 @@ def test_against_a_provider_limiting_requests_per_second_the_rate_converges_near
     throttled_share = counts["throttled"] / (counts["ok"] + counts["throttled"])
     assert goodput >= 0.9, goodput
     assert throttled_share <= 0.05, throttled_share
+
+
+def test_an_adopted_rate_grows_from_the_moment_it_was_adopted():
+    rate = AdaptiveRate(increase_per_second=0.05, increase_floor_per_second=0)
+    rate.adopt(40.0, now=10.0)
+    assert rate.rate == 40.0
+    rate.on_success(11.0)  # one second later: one second's growth, near its own mark
+    assert rate.rate == pytest.approx(40.0 * 1.05)
+
+
+def test_an_adopted_rate_is_floored_at_the_minimum():
+    rate = AdaptiveRate(minimum=0.5)
+    rate.adopt(0.01, now=0.0)
+    assert rate.rate == 0.5
+
+
+def test_an_adopted_rate_below_the_last_overload_climbs_back_fast():
+    # The mark is the rate of the last overload, learned here: adopting a lower share
+    # (more processes now) does not move it, so growth is the fast kind until near it.
+    rate = AdaptiveRate(decrease_factor=0.8, increase_floor_per_second=0)
+    epoch = 0
+    for n in range(100):
+        epoch = rate.admitted(10.0 + n / 100)
+    assert rate.on_throttle(11.0, epoch)
+    assert rate.ceiling == pytest.approx(100.0, rel=0.02)
+    rate.adopt(40.0, now=12.0)
+    rate.on_success(13.0)
+    assert rate.rate == pytest.approx(40.0 * 1.5)  # recovery_per_second, not 1.05
+
+
+def test_the_first_adopted_rate_is_the_mark_a_later_lower_one_climbs_back_to():
+    rate = AdaptiveRate(increase_floor_per_second=0)
+    rate.adopt(100.0, now=0.0)
+    assert rate.ceiling == 100.0
+    rate.adopt(40.0, now=1.0)  # a smaller share: fast growth back towards 100
+    assert rate.ceiling == 100.0
+    rate.on_success(2.0)
+    assert rate.rate == pytest.approx(40.0 * 1.5)

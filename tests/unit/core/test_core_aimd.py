@@ -183,3 +183,27 @@ def test_nonsense_windows_are_refused(kwargs: dict[str, Any], message: str) -> N
 )
 def test_the_edges_of_the_valid_settings_are_accepted(kwargs: dict[str, Any]) -> None:
     AimdWindow(**kwargs)
+
+
+def test_an_adopted_window_is_kept_within_its_bounds() -> None:
+    window = AimdWindow(maximum=10, minimum=2)
+    window.adopt(50)
+    assert window.permits == 10
+    window.adopt(0.5)
+    assert window.permits == 2
+
+
+def test_an_adopted_window_below_the_maximum_goes_on_with_slow_start() -> None:
+    window = AimdWindow(maximum=10, start=2)
+    window.adopt(4)
+    window.on_success()
+    assert (window.limit, window.slow_start) == (5.0, True)
+
+
+def test_adopting_the_maximum_ends_slow_start_for_good() -> None:
+    window = AimdWindow(maximum=10, start=2)
+    window.adopt(10)
+    assert (window.limit, window.slow_start) == (10.0, False)
+    window.adopt(4)  # a smaller share later grows by 1/window, as after any slow start
+    window.on_success()
+    assert (window.limit, window.slow_start) == (4.25, False)

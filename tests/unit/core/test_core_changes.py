@@ -845,6 +845,30 @@ def test_a_note_records_one_event_and_changes_nothing_else(jobs: Jobs) -> None:
 # --- sequences the random machine reaches only by chance --------------------------------
 
 
+def test_a_job_dead_lettered_while_its_retry_waits_is_due_at_once_when_replayed(
+    jobs: Jobs,
+) -> None:
+    # Its message kept dying while the retry waited (the sweeper fails it unowned): the
+    # old retry's wait goes with the old attempt series, not into the replay.
+    retried = changes.schedule_retry(
+        jobs.owned(),
+        attempt_id=OWNER,
+        now=NOW,
+        not_before=NOW + 300,
+        error=TRANSIENT,
+        report=REPORT,
+    ).after
+    dead = changes.fail_unowned(
+        retried, now=NOW + 1, error=DELIVERY, kind=EventKind.FAILED, detail={}
+    ).after
+    assert dead.status is JobStatus.FAILED
+
+    replayed = rules.replay(dead, now=NOW + 2)
+
+    assert rules.is_claimable(replayed, now=NOW + 2)
+    assert replayed.not_before is None
+
+
 def test_a_job_cancelled_while_its_retry_waits_is_never_replayed_or_claimed(jobs: Jobs) -> None:
     job = jobs.owned()
     retried = changes.schedule_retry(

@@ -6,6 +6,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from ulid import ULID
 
 from ferryman.core import ids
@@ -108,3 +110,79 @@ def test_a_forked_child_makes_ids_though_a_parent_thread_held_the_locks() -> Non
         os.waitpid(pid, 0)
         os.close(read)
         os.close(write)
+
+
+class _Bytes:
+    """Stands for the module's random pool: hands out the given bytes, in order."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = list(chunks)
+
+    def take(self, n: int) -> bytes:
+        chunk = self._chunks.pop(0)
+        assert len(chunk) == n
+        return chunk
+
+
+def _source_at(monkeypatch: pytest.MonkeyPatch, ms: int, *chunks: bytes) -> ids._UlidSource:
+    """A new ULID source whose clock reads ``ms`` and whose random bytes are ``chunks``."""
+    monkeypatch.setattr(ids, "time", SimpleNamespace(time_ns=lambda: ms * 1_000_000 + 999_999))
+    monkeypatch.setattr(ids, "_RANDOM", _Bytes(*chunks))
+    return ids._UlidSource()
+
+
+@given(
+    st.integers(min_value=0, max_value=(1 << 48) - 1),
+    st.binary(min_size=10, max_size=10),
+)
+@example(0, bytes(10))  # the first milliseconds of the epoch are ones like any other
+@example(1, b"\x01" * 10)
+@example((1 << 48) - 1, b"\xff" * 10)
+def test_an_id_is_the_ulid_of_its_millisecond_and_random_bits(ms: int, random: bytes) -> None:
+    # Every millisecond a ULID can hold (to the year 10889), every random part.
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        made = _source_at(monkeypatch, ms, random).new()
+    assert made == str(ULID.from_bytes(ms.to_bytes(6, "big") + random))
+
+
+def test_within_a_millisecond_each_id_is_the_last_plus_one(monkeypatch) -> None:
+    source = _source_at(monkeypatch, 1_700_000_000_000, bytes(9) + b"\xfe")
+    made = [ULID.from_str(source.new()) for _ in range(4)]
+    assert [int(u) - int(made[0]) for u in made] == [0, 1, 2, 3]
+
+
+def test_when_the_random_part_would_overflow_it_is_drawn_again(monkeypatch) -> None:
+    # The last value of 80 bits cannot take one more: the next id in that millisecond
+    # takes fresh random bits (as python-ulid does), and stays a well-formed ULID.
+    ms, top = 1_700_000_000_000, b"\xff" * 10
+    source = _source_at(monkeypatch, ms, top, bytes(10))
+    assert source.new() == str(ULID.from_bytes(ms.to_bytes(6, "big") + top))
+    assert source.new() == str(ULID.from_bytes(ms.to_bytes(6, "big") + bytes(10)))
+
+
+def test_a_new_source_makes_ids_from_its_first_call() -> None:
+    # As a forked child's does after _reset: nothing left over from an earlier id.
+    first = ids._UlidSource().new()
+    assert str(ULID.from_str(first)) == first
+    assert abs(ULID.from_str(first).timestamp - time.time()) < 5
+
+
+def test_a_pool_hands_out_the_systems_random_bytes_each_once(monkeypatch) -> None:
+    drawn = bytes(range(256)) * 32
+    reads: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        reads.append(n)
+        return drawn[len(reads) - 1 :][:n]  # each read its own bytes
+
+    monkeypatch.setattr(ids.os, "urandom", urandom)
+    pool = ids._RandomBytes()
+    assert [pool.take(1) for _ in range(5)] == [drawn[i : i + 1] for i in range(5)]
+    assert pool.take(12) == drawn[5:17]
+    assert pool.take(4096 - 17) == drawn[17:4096]  # to the last byte of the first read
+    assert reads == [4096]  # one read served them all
+    assert pool.take(3) == drawn[1:4]  # the second read's first bytes
+    assert reads == [4096, 4096]
+    # More than a read's worth at once: one read of that size.
+    assert ids._RandomBytes().take(5000) == drawn[2:5002]
+    assert reads == [4096, 4096, 5000]

@@ -199,6 +199,19 @@ def test_retry_policy_rejects_bad_values_naming_the_setting(
     assert str(refused.value) == message
 
 
+def test_retry_policy_accepts_each_setting_at_its_bound() -> None:
+    # One attempt, one invalid output, no wait, no growth: each the least it may be.
+    policy = RetryPolicy(
+        max_attempts=1,
+        max_invalid_output_attempts=1,
+        initial_interval_seconds=0,
+        maximum_interval_seconds=0,
+        backoff_coefficient=1,
+    )
+    assert (policy.max_attempts, policy.max_invalid_output_attempts) == (1, 1)
+    assert policy.backoff_ceiling_seconds(5) == 0
+
+
 def test_a_retry_after_is_capped_at_fifteen_minutes_by_default() -> None:
     policy = RetryPolicy()
     assert policy.maximum_retry_after_seconds == 900.0

@@ -30,7 +30,45 @@ INTERVAL_SECONDS = 0.05
 SAFETY_NET_PAGES = 4_000
 
 
+class Checkpoints:
+    """The checkpointer's rule, one step at a time: ``tick`` runs a PASSIVE checkpoint
+    when the writer committed since the last tick that ran one, and nothing otherwise.
+
+    The thread below calls it every interval; tests call it directly with a counter
+    they control, so the rule is proved without waiting on the clock.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, commits: Callable[[], int]) -> None:
+        self._conn = conn
+        self._commits = commits
+        # Checkpoints run, the last one's (WAL pages, pages copied), the writer's commit
+        # count the last tick acted on, and ticks taken: for tests and diagnostics.
+        self.checkpoints = 0
+        self.last: tuple[int, int] | None = None
+        self.seen_commits = commits()
+        self.ticks = 0
+
+    def tick(self) -> bool:
+        """Checkpoint if the writer committed since the last checkpoint; True if one ran."""
+        commits = self._commits()
+        ran = False
+        if commits != self.seen_commits:
+            # A failed checkpoint leaves the WAL as it was: the next commit's, or the
+            # writer's safety net, copies it.
+            with contextlib.suppress(sqlite3.Error):
+                row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                self.last = (int(row[1]), int(row[2]))
+                self.checkpoints += 1
+                ran = True
+            # Set after the figures, so a reader that sees this count sees its checkpoint.
+            self.seen_commits = commits
+        self.ticks += 1
+        return ran
+
+
 class Checkpointer:
+    """Runs ``Checkpoints.tick`` on a thread of its own every ``interval_seconds``."""
+
     def __init__(
         self,
         conn: sqlite3.Connection,
@@ -40,29 +78,15 @@ class Checkpointer:
         name: str = "ferryman-sqlite-checkpoint",
     ) -> None:
         self._conn = conn
-        self._commits = commits
+        self.steps = Checkpoints(conn, commits)
         self._interval = interval_seconds
         self._stop = threading.Event()
-        # Checkpoints run, and the last one's (WAL pages, pages copied): for tests and
-        # diagnostics.
-        self.checkpoints = 0
-        self.last: tuple[int, int] | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        seen = self._commits()
         while not self._stop.wait(self._interval):
-            commits = self._commits()
-            if commits == seen:
-                continue
-            seen = commits
-            # A failed checkpoint leaves the WAL as it was: the next one, or the
-            # writer's safety net, copies it.
-            with contextlib.suppress(sqlite3.Error):
-                row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                self.last = (int(row[1]), int(row[2]))
-                self.checkpoints += 1
+            self.steps.tick()
 
     def close(self) -> None:
         """Stop the thread (blocking until a checkpoint under way has finished)."""
