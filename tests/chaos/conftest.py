@@ -219,11 +219,15 @@ class Report:
     seconds: float
     client_retries: int
     fired: dict[str, int] = field(default_factory=dict)
+    # Messages the sweeper re-sent (REDISPATCHED events): only for jobs whose message
+    # was gone, so few even when many workers crash.
+    redispatched: int = 0
 
     def line(self, name: str) -> str:
         return (
             f"chaos[{name}]: {self.jobs} jobs SUCCEEDED once, {self.crashes} worker crashes, "
-            f"{self.abandoned} abandoned attempts, {self.client_retries} client retries, "
+            f"{self.abandoned} abandoned attempts, {self.redispatched} re-sent messages, "
+            f"{self.client_retries} client retries, "
             f"{self.seconds:.1f} s (first submit to last SUCCEEDED)"
         )
 
@@ -329,13 +333,14 @@ class ChaosRun:
             for disruption in self._disruptions:
                 disruption.join()
         assert all(api.poll() is None for api in apis), "an API process exited under load"
-        abandoned = _assert_invariants(clients, prompts, final)
+        abandoned, redispatched = _assert_invariants(clients, prompts, final)
         return Report(
             jobs=len(final),
             crashes=0,
             abandoned=abandoned,
             seconds=seconds,
             client_retries=clients.retries,
+            redispatched=redispatched,
         )
 
     def _submit_all(self, scenario: Scenario, fleet: Fleet, clients: Clients) -> dict[str, str]:
@@ -400,9 +405,12 @@ class ChaosRun:
         report.fired = fired
 
 
-def _assert_invariants(clients: Clients, prompts: dict[str, str], final: dict[str, Any]) -> int:
-    """Check every job; return how many attempts were recorded as abandoned."""
-    abandoned_total = 0
+def _assert_invariants(
+    clients: Clients, prompts: dict[str, str], final: dict[str, Any]
+) -> tuple[int, int]:
+    """Check every job; return how many attempts were recorded as abandoned, and how
+    many messages the sweeper re-sent."""
+    abandoned_total = redispatched = 0
     for i, (job_id, job) in enumerate(final.items()):
         assert job["status"] == "SUCCEEDED", (job_id, job["error"])
         assert prompts[job_id] in job["result"]["text"]
@@ -419,7 +427,10 @@ def _assert_invariants(clients: Clients, prompts: dict[str, str], final: dict[st
         abandoned_total += outcomes.count("abandoned")
         kinds = [e["kind"] for e in history["events"]]
         assert kinds.count("SUCCEEDED") == 1, kinds
-    return abandoned_total
+        # A finished job's history ends with its terminal event: nothing after it.
+        assert kinds[-1] == "SUCCEEDED", (job_id, kinds)
+        redispatched += kinds.count("REDISPATCHED")
+    return abandoned_total, redispatched
 
 
 @pytest.fixture
