@@ -14,6 +14,13 @@ survived, a mutant that makes the tests time out as killed.
     .venv/bin/python bench/mutation.py --json           # one JSON object on stdout
     .venv/bin/python bench/mutation.py --rerun-survivors   # after adding tests
     .venv/bin/python bench/mutation.py --report         # only read the last run
+    .venv/bin/python bench/mutation.py --scope core --sample 30 --min-score 1
+                                                        # CI: a fixed sample, judged
+
+``--sample N`` runs N mutants drawn (by ``--seed``) from the scopes' mutants instead of
+all of them; ``--min-score`` makes the exit status 1 when the score is lower. CI runs
+the sample (.ci/run), so a change that stops mutmut from collecting or running the
+tests, or a rule change no test notices among the sampled mutants, fails CI.
 
 A run starts from an empty ``mutants/`` directory unless ``--rerun-survivors`` or
 ``--report`` is given: mutmut keeps a verdict until the mutated function changes, so
@@ -32,6 +39,7 @@ import fnmatch
 import importlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -144,6 +152,22 @@ def run_mutmut(names: list[str], *, max_children: int, log: Path) -> None:
     if done.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         sys.exit(f"mutmut run failed (exit {done.returncode}); end of {log}:\n{tail}")
+
+
+def mutant_names(patterns: tuple[str, ...]) -> list[str]:
+    """Every mutant mutmut would make in the scopes, computed in memory (nothing written)."""
+    from mutmut.mutation.file_mutation import mutate_file_contents
+    from mutmut.utils.file_utils import walk_mutatable_files
+    from mutmut.utils.format_utils import get_mutant_name
+
+    names: list[str] = []
+    for path in walk_mutatable_files():
+        mutated = mutate_file_contents(str(path), path.read_text(encoding="utf-8"))
+        for name in mutated.mutant_names:
+            key = get_mutant_name(path, name)
+            if any(fnmatch.fnmatch(key, pattern) for pattern in patterns):
+                names.append(key)
+    return sorted(names)
 
 
 # --- reading its results -------------------------------------------------------------
@@ -301,7 +325,7 @@ def print_survivors(mutants: list[Mutant]) -> None:
         print(f"      + {mutant.mutated}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scope", choices=list(SCOPES), action="append")
     parser.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
@@ -314,66 +338,117 @@ def main() -> None:
         action="store_true",
         help="run again only the mutants the last run did not kill (after adding tests)",
     )
+    how.add_argument(
+        "--sample", type=int, metavar="N", help="run N mutants drawn from the scopes, not all"
+    )
+    parser.add_argument("--seed", type=int, default=18, help="which sample --sample draws")
+    parser.add_argument(
+        "--min-score", type=float, metavar="S", help="exit 1 when the score (0 to 1) is below S"
+    )
     args = parser.parse_args()
-    scopes: list[str] = args.scope or list(SCOPES)
-    patterns = tuple(p for scope in scopes for p in SCOPES[scope])
+    if args.sample is not None and args.sample < 1:
+        parser.error("--sample must be at least 1")
+    if args.min_score is not None and not 0 <= args.min_score <= 1:
+        parser.error("--min-score is a fraction from 0 to 1")
+    return args
 
-    os.chdir(ROOT)
-    ensure_mutmut()
-    started = time.monotonic()
+
+def run(args: argparse.Namespace, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Run what the arguments ask for; the patterns of the mutants to report on."""
     log = ROOT / "mutants" / "mutmut-run.log"
+    if args.report:
+        return patterns
     if args.rerun_survivors:
         again = [m.name for m in load_mutants(patterns) if m.status not in KILLED]
         if again:
             run_mutmut(again, max_children=args.max_children, log=log)
-    elif not args.report:
-        shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+        return patterns
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    if args.sample is None:
         run_mutmut(list(patterns), max_children=args.max_children, log=log)
+        return patterns
+    every = mutant_names(patterns)
+    sampled = sorted(random.Random(args.seed).sample(every, min(args.sample, len(every))))
+    print(f"sampled {len(sampled)} of {len(every)} mutants (seed {args.seed})", file=sys.stderr)
+    run_mutmut(sampled, max_children=args.max_children, log=log)
+    return tuple(sampled)
+
+
+def stale_entries(listed: list[Equivalent], mutants: list[Mutant]) -> list[Equivalent]:
+    """Entries for a measured module that match no survivor: the code changed, or a test
+    now kills the mutant. Entries for modules not measured this time are not judged."""
+    measured = {m.module for m in mutants}
+    return [
+        e
+        for e in listed
+        if e.matched == 0 and any(e.function.startswith(f"{module}.") for module in measured)
+    ]
+
+
+def json_report(
+    args: argparse.Namespace,
+    scopes: list[str],
+    mutants: list[Mutant],
+    listed: list[Equivalent],
+    stale: list[Equivalent],
+    seconds: float,
+) -> dict[str, Any]:
+    rows = figures(mutants)
+    return {
+        "mutmut": MUTMUT,
+        "scopes": {
+            scope: {
+                **total([r for r in rows if scope_of(r.module) == scope], scope).as_dict(),
+                "modules": [r.as_dict() for r in rows if scope_of(r.module) == scope],
+            }
+            for scope in scopes
+        },
+        "survivors": [
+            {
+                "name": m.name,
+                "function": m.function,
+                "status": m.status,
+                "original": m.original,
+                "mutant": m.mutated,
+            }
+            for m in mutants
+            if surviving(m)
+        ],
+        "sample": None if args.sample is None else {"size": args.sample, "seed": args.seed},
+        "min_score": args.min_score,
+        "equivalents_listed": len(listed),
+        "equivalents_stale": [
+            {"function": e.function, "original": e.original, "mutant": e.mutant} for e in stale
+        ],
+        "seconds": round(seconds, 1),
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    scopes: list[str] = args.scope or list(SCOPES)
+    os.chdir(ROOT)
+    ensure_mutmut()
+    started = time.monotonic()
+    patterns = run(args, tuple(p for scope in scopes for p in SCOPES[scope]))
     seconds = time.monotonic() - started
 
     mutants = load_mutants(patterns)
     if not mutants:
         sys.exit("no mutation results: run without --report first")
+    unjudged = [m.name for m in mutants if m.status in PENDING]
+    if args.sample is not None and unjudged:
+        sys.exit(f"mutmut judged none of {len(unjudged)} sampled mutant(s): {unjudged[:5]}")
     listed = load_equivalents(args.equivalents)
     mark_equivalents(mutants, listed)
-    # An entry for a measured module that matches no survivor: the code changed, or a
-    # test now kills the mutant. Entries for modules not measured this time are not judged.
-    measured = {m.module for m in mutants}
-    stale = [
-        e
-        for e in listed
-        if e.matched == 0 and any(e.function.startswith(f"{module}.") for module in measured)
-    ]
+    # A sample holds few of a module's mutants, so it judges no entry stale.
+    stale = stale_entries(listed, mutants) if args.sample is None else []
     rows = figures(mutants)
+    score = total(rows, "all").score
+    too_low = args.min_score is not None and score is not None and score < args.min_score
 
     if args.json:
-        report = {
-            "mutmut": MUTMUT,
-            "scopes": {
-                scope: {
-                    **total([r for r in rows if scope_of(r.module) == scope], scope).as_dict(),
-                    "modules": [r.as_dict() for r in rows if scope_of(r.module) == scope],
-                }
-                for scope in scopes
-            },
-            "survivors": [
-                {
-                    "name": m.name,
-                    "function": m.function,
-                    "status": m.status,
-                    "original": m.original,
-                    "mutant": m.mutated,
-                }
-                for m in mutants
-                if surviving(m)
-            ],
-            "equivalents_listed": len(listed),
-            "equivalents_stale": [
-                {"function": e.function, "original": e.original, "mutant": e.mutant} for e in stale
-            ],
-            "seconds": round(seconds, 1),
-        }
-        print(json.dumps(report))
+        print(json.dumps(json_report(args, scopes, mutants, listed, stale, seconds)))
     else:
         print_table(rows, scopes)
         print_survivors(mutants)
@@ -384,7 +459,9 @@ def main() -> None:
         print(f"\n{len(listed)} equivalents listed in {args.equivalents.relative_to(ROOT)}")
         if not args.report:
             print(f"run took {seconds / 60:.1f} min")
-    sys.exit(1 if stale else 0)
+        if too_low:
+            print(f"score {score:.4f} is below --min-score {args.min_score}")
+    sys.exit(1 if stale or too_low else 0)
 
 
 if __name__ == "__main__":
