@@ -350,6 +350,8 @@ def parse_args() -> argparse.Namespace:
         parser.error("--sample must be at least 1")
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         parser.error("--min-score is a fraction from 0 to 1")
+    # Read after main() moves to the checkout: a relative path means the caller's.
+    args.equivalents = args.equivalents.resolve()
     return args
 
 
@@ -376,8 +378,9 @@ def run(args: argparse.Namespace, patterns: tuple[str, ...]) -> tuple[str, ...]:
 
 def stale_entries(listed: list[Equivalent], mutants: list[Mutant]) -> list[Equivalent]:
     """Entries for a measured module that match no survivor: the code changed, or a test
-    now kills the mutant. Entries for modules not measured this time are not judged."""
-    measured = {m.module for m in mutants}
+    now kills the mutant. Entries for modules not measured this time, or measured only
+    in part (an interrupted run, or a --report after a sample), are not judged."""
+    measured = {m.module for m in mutants} - {m.module for m in mutants if m.status in PENDING}
     return [
         e
         for e in listed
@@ -456,7 +459,10 @@ def main() -> None:
             print(f"\n{len(stale)} listed equivalent(s) match no surviving mutant any more:")
             for entry in stale:
                 print(f"  {entry.function}: {entry.original}  ->  {entry.mutant}")
-        print(f"\n{len(listed)} equivalents listed in {args.equivalents.relative_to(ROOT)}")
+        shown = args.equivalents
+        if shown.is_relative_to(ROOT):
+            shown = shown.relative_to(ROOT)
+        print(f"\n{len(listed)} equivalents listed in {shown}")
         if not args.report:
             print(f"run took {seconds / 60:.1f} min")
         if too_low:

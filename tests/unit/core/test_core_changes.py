@@ -372,6 +372,27 @@ def test_the_takeover_that_reaches_the_delivery_budget_dead_letters_instead(jobs
     assert change.backlog_delta == -1
 
 
+def test_a_replay_gives_a_dead_lettered_job_its_whole_delivery_budget_again(
+    jobs: Jobs,
+) -> None:
+    dead = _claim(jobs.expired(deliveries_without_outcome=2), max_deliveries=3).after
+    assert dead.deliveries_without_outcome == 3
+
+    replayed = rules.replay(dead, now=NOW + 1)
+
+    assert replayed.deliveries_without_outcome == 0
+    # Its next delivery runs it rather than dead-lettering it again at once.
+    claimed = changes.claim(
+        replayed,
+        attempt_id="att_again",
+        worker_id="w2",
+        now=NOW + 2,
+        lease_until=NOW + 32,
+        max_deliveries_without_outcome=1,
+    )
+    assert claimed.after.status is JobStatus.PROCESSING
+
+
 def test_one_takeover_short_of_the_budget_still_claims(jobs: Jobs) -> None:
     change = _claim(jobs.expired(deliveries_without_outcome=1), max_deliveries=3)
 
@@ -434,6 +455,7 @@ def test_schedule_retry_says_when_and_why(jobs: Jobs) -> None:
 
     assert change.after.status is JobStatus.RETRY_SCHEDULED
     assert (change.after.failure_count, change.after.invalid_output_count) == (2, 1)
+    assert (change.after.not_before, change.after.updated_at) == (NOW + 5, NOW)
     assert change.closed == (ending(),)
     [event] = change.events
     assert event.kind is EventKind.RETRY_SCHEDULED
@@ -997,5 +1019,7 @@ def test_no_transition_adds_an_event_after_a_terminal_one(jobs: Jobs) -> None:
 def test_the_rule_holds_for_any_change_core_makes(jobs: Jobs) -> None:
     # The guard itself: an event after a terminal one is refused where changes are made.
     job = jobs.failed()
-    with pytest.raises(IllegalTransitionError, match="ends with its terminal event"):
+    with pytest.raises(
+        IllegalTransitionError, match=r"^a finished job's history ends with its terminal event$"
+    ):
         changes._change(job, job, now=NOW, events=[(EventKind.DUPLICATE_DELIVERY, {})])
