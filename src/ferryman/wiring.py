@@ -35,9 +35,7 @@ from ferryman.engines import (
     sqlite_path,
 )
 from ferryman.observability import metrics
-from ferryman.providers.anthropic import DEFAULT_ANTHROPIC_BASE_URL, AnthropicProvider
-from ferryman.providers.bedrock import BedrockProvider, BedrockUnavailableError
-from ferryman.providers.openai import DEFAULT_OPENAI_BASE_URL, OpenAIProvider
+from ferryman.provider_kinds import build_provider, factory_for
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.catalog import ModelCatalog
@@ -268,7 +266,7 @@ def build_catalog(settings: Settings, *, providers_on_first_use: bool = False) -
     (for processes that call none)."""
     providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim_scripts)}
     for name, provider in settings.providers.items():
-        make = functools.partial(_provider, name, provider, settings)
+        make = functools.partial(build_provider, name, provider, settings)
         providers[name] = _ProviderOnFirstUse(name, make) if providers_on_first_use else make()
     aliases = {SIM: ModelAlias(name=SIM, provider=SIM, model=SIM)}
     for name, model in settings.models.items():
@@ -318,44 +316,6 @@ def build_tasks(settings: Settings) -> TaskRegistry:
     return registry
 
 
-def _provider(name: str, provider: ProviderSettings, settings: Settings) -> ModelProvider:
-    """One provider adapter from its ``[providers.NAME]`` table. A key is read from the
-    variable named by ``api_key_env`` now, so a missing one stops the process at start."""
-    if provider.kind == SIM:
-        return SimulatedProvider(name=name, scripts=settings.sim_scripts)
-    if provider.kind == "openai":
-        # OpenAI itself needs a key (OPENAI_API_KEY unless named); a server at another
-        # base_url (Ollama, vLLM, ...) may need none.
-        default_env = None if provider.base_url else "OPENAI_API_KEY"
-        return OpenAIProvider(
-            name=name,
-            api_key=_api_key(name, provider, default_env=default_env),
-            base_url=provider.base_url or DEFAULT_OPENAI_BASE_URL,
-            structured_output=provider.structured_output,
-            stream=provider.stream,
-            max_connections=provider.max_concurrency,
-        )
-    if provider.kind == "anthropic":
-        key = _api_key(name, provider, default_env="ANTHROPIC_API_KEY")
-        assert key is not None  # a default variable is named, so a key was found
-        return AnthropicProvider(
-            name=name,
-            api_key=key,
-            base_url=provider.base_url or DEFAULT_ANTHROPIC_BASE_URL,
-            stream=provider.stream,
-            max_connections=provider.max_concurrency,
-        )
-    try:
-        return BedrockProvider(
-            name=name,
-            region=provider.region,
-            timeout_seconds=settings.provider_timeout_for(name),
-            max_connections=provider.max_concurrency,
-        )
-    except BedrockUnavailableError as exc:
-        raise ConfigurationError(f"providers.{name}: {exc.message}") from None
-
-
 class _ProviderOnFirstUse:
     """A configured provider made when first asked to call or check its model. A process
     that calls none (an operator command) then runs without the provider's key or SDK;
@@ -393,34 +353,21 @@ def call_budgets(settings: Settings) -> dict[str, CallBudget]:
             max_concurrency=provider.max_concurrency,
             requests_per_minute=provider.requests_per_minute,
             tokens_per_minute=provider.tokens_per_minute,
-            start_concurrency=_start_concurrency(provider),
+            start_concurrency=_start_concurrency(name, provider),
         )
         for name, provider in settings.providers.items()
     }
 
 
-def _start_concurrency(provider: ProviderSettings) -> int | None:
+def _start_concurrency(name: str, provider: ProviderSettings) -> int | None:
     """A real provider's window opens at a few calls and doubles each round trip (a
     fresh worker should not open with its whole concurrency of 429s); the sim has no
     limit to find."""
     if provider.start_concurrency is not None:
         return provider.start_concurrency
-    return None if provider.kind == "sim" else DEFAULT_START_CONCURRENCY
-
-
-def _api_key(name: str, provider: ProviderSettings, *, default_env: str | None) -> str | None:
-    """The key from the variable ``api_key_env`` names (else ``default_env``); None when
-    neither names one. The key itself is never in a file, a message or a log."""
-    variable = provider.api_key_env or default_env
-    if variable is None:
+    if not factory_for(name, provider).has_limits_to_find:
         return None
-    key = os.environ.get(variable, "").strip()
-    if not key:
-        raise ConfigurationError(
-            f"providers.{name}: the API key is read from the environment variable "
-            f"{variable}, which is not set (set it, or name another with api_key_env)"
-        )
-    return key
+    return DEFAULT_START_CONCURRENCY
 
 
 @asynccontextmanager
