@@ -8,10 +8,12 @@ import json
 import pytest
 
 from ferryman.core.errors import (
+    BackendUnavailableError,
     BacklogQuotaExceededError,
     FerrymanError,
     PausedError,
     ProviderError,
+    QueueUnavailableError,
     ResultsUnavailableError,
     ResultUnreadableError,
     StorageQuotaExceededError,
@@ -31,6 +33,8 @@ from ferryman.http.errors import RateLimitedError, RequestTimeoutError, TooManyC
         (ResultsUnavailableError(), 503, "results_unavailable", "5"),
         (ResultUnreadableError(), 500, "result_unreadable", None),
         (StoreUnavailableError(), 503, "store_unavailable", "5"),
+        (QueueUnavailableError(), 503, "queue_unavailable", "5"),
+        (BackendUnavailableError(), 503, "backend_unavailable", "5"),
         (PausedError(retry_after_seconds=7), 503, "paused", "7"),
         (RateLimitedError(retry_after_seconds=3), 429, "rate_limited", "3"),
         (RequestTimeoutError(), 408, "request_timeout", None),

@@ -21,8 +21,10 @@
     │   ├── StaleFenceError             the attempt no longer owns the job
     │   └── LastAdminKeyError           revoking it would leave no usable admin key
     ├── PausedError                     intake paused by an operator
-    ├── StoreUnavailableError           the store or queue cannot be reached
-    ├── ResultsUnavailableError         the result store cannot take a write now
+    ├── BackendUnavailableError         a backend is away (an outage, never a bug)
+    │   ├── StoreUnavailableError       the job store (and a queue kept in it)
+    │   ├── QueueUnavailableError       a queue that is a service of its own
+    │   └── ResultsUnavailableError     the result store cannot take a write now
     ├── ResultUnreadableError           a stored result is missing or fails verification
     └── ProviderError                   a model call failed; carries a FailureClass
         ├── ThrottledError              THROTTLED (may carry retry_after_seconds)
@@ -195,16 +197,37 @@ class PausedError(FerrymanError):
         self.retry_after_seconds = retry_after_seconds
 
 
-class StoreUnavailableError(FerrymanError):
-    """The job store or queue cannot be reached."""
+class BackendUnavailableError(FerrymanError):
+    """A backend cannot serve us now: an outage to ride out or report, never a bug.
+
+    Engines raise one of the three kinds below, and only for what says the backend is
+    away (a lost connection, a held lock, a full or failed disk); a wrong statement or
+    a driver's own error goes through as itself. Services catch these, never OSError
+    or a driver's errors."""
+
+    code = "backend_unavailable"
+    backend = "backend"
+
+
+class StoreUnavailableError(BackendUnavailableError):
+    """The job store cannot be reached (on SQLite and PostgreSQL, the queue with it)."""
 
     code = "store_unavailable"
+    backend = "store"
 
 
-class ResultsUnavailableError(FerrymanError):
-    """The result store cannot take a write right now."""
+class QueueUnavailableError(BackendUnavailableError):
+    """The queue cannot be reached, where it is a service apart from the job store."""
+
+    code = "queue_unavailable"
+    backend = "queue"
+
+
+class ResultsUnavailableError(BackendUnavailableError):
+    """The result store cannot take a write, or give a read, right now."""
 
     code = "results_unavailable"
+    backend = "results"
 
 
 class ResultUnreadableError(FerrymanError):

@@ -24,6 +24,7 @@ from ferryman.core.errors import (
     AlreadyTerminalError,
     ApiKeyNotFoundError,
     AuthenticationError,
+    BackendUnavailableError,
     BacklogQuotaExceededError,
     DeadLetterNotFoundError,
     FerrymanError,
@@ -34,6 +35,7 @@ from ferryman.core.errors import (
     JobNotFoundError,
     PausedError,
     PayloadTooLargeError,
+    QueueUnavailableError,
     RequestError,
     ResultsUnavailableError,
     ResultUnreadableError,
@@ -79,7 +81,9 @@ STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
     StateConflictError: (409, "Conflict"),
     PausedError: (503, "Intake paused"),
     StoreUnavailableError: (503, "Service unavailable"),
+    QueueUnavailableError: (503, "Queue unavailable"),
     ResultsUnavailableError: (503, "Result store unavailable"),
+    BackendUnavailableError: (503, "Service unavailable"),
     ResultUnreadableError: (500, "Stored result unreadable"),
     TooManyConnectionsError: (503, "Too many connections"),
 }
@@ -89,8 +93,7 @@ RETRY_AFTER_SECONDS: dict[type[FerrymanError], int] = {
     RateLimitedError: 1,
     BacklogQuotaExceededError: 30,
     PausedError: 30,
-    StoreUnavailableError: 5,
-    ResultsUnavailableError: 5,
+    BackendUnavailableError: 5,
     TooManyConnectionsError: 1,
 }
 

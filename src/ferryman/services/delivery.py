@@ -20,10 +20,10 @@ import orjson
 import structlog
 
 from ferryman.core.errors import (
+    BackendUnavailableError,
     FailureClass,
     ProviderError,
     ResultsUnavailableError,
-    StoreUnavailableError,
 )
 from ferryman.core.ids import new_attempt_id
 from ferryman.core.job import (
@@ -374,7 +374,7 @@ class DeliveryHandler:
 
         try:
             after = await self._persistently(lambda: publish(staged))
-        except (StoreUnavailableError, OSError):
+        except BackendUnavailableError:
             if staged is None:
                 raise
             # The store stayed away longer than a publish waits: keep the paid-for
@@ -605,7 +605,7 @@ class DeliveryHandler:
         for delay in PERSIST_RETRY_DELAYS_SECONDS:
             try:
                 return await write()
-            except (StoreUnavailableError, OSError) as exc:
+            except BackendUnavailableError as exc:
                 log.warning("outcome.write_failed", error_type=type(exc).__name__, retry_in=delay)
                 await asyncio.sleep(delay)
         return await write()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ferryman.core.errors import ResultsUnavailableError, StoreUnavailableError
+from ferryman.core.errors import BackendUnavailableError, ResultsUnavailableError
 from ferryman.ports.results import StagesResults
 
 if TYPE_CHECKING:
@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("ferryman.results")
 
-# What a failed write or probe may raise and still be worth trying again.
-RETRYABLE = (OSError, StoreUnavailableError, ResultsUnavailableError)
+# What a failed write or probe may raise and still be worth trying again: the result
+# store away (ResultsUnavailableError for files, StoreUnavailableError for results kept
+# in the job store's database).
+RETRYABLE = BackendUnavailableError
 DEFAULT_INITIAL_BACKOFF_SECONDS = 0.2
 DEFAULT_MAX_BACKOFF_SECONDS = 5.0
 DEFAULT_PROBE_INTERVAL_SECONDS = 2.0
@@ -124,8 +126,8 @@ class ResultWriter:
             await asyncio.gather(sleeping, stopping, return_exceptions=True)
 
     def _failed(self, exc: BaseException) -> None:
-        # Our errors carry safe messages; an OSError's strerror never holds data.
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        # The engines' outage errors carry safe messages (no data, no keys).
+        reason = str(exc)
         self.last_error = f"{type(exc).__name__}: {reason}"
         if self.healthy:
             self.healthy = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -151,18 +152,56 @@ async def test_reads_asked_together_each_get_their_own_outcome(db: SqliteDatabas
 
     assert outcomes[0] == outcomes[3] == {"a"}
     assert isinstance(outcomes[1], ValueError)
-    assert isinstance(outcomes[2], StoreUnavailableError)
+    # A wrong statement is a bug, not an outage: it goes through as the driver's error.
+    assert isinstance(outcomes[2], sqlite3.OperationalError)
+    assert not isinstance(outcomes[2], StoreUnavailableError)
     await db.write(_insert("b"))
     assert await db.read(_keys) == {"a", "b"}  # a later read sees a later commit
 
 
-async def test_driver_errors_become_store_unavailable(db: SqliteDatabase) -> None:
+def _raising(code: int, name: str) -> Callable[[sqlite3.Connection], None]:
+    def op(conn: sqlite3.Connection) -> None:
+        error = sqlite3.OperationalError(f"as SQLite says {name}")
+        error.sqlite_errorcode = code
+        raise error
+
+    return op
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        (sqlite3.SQLITE_BUSY, "database is locked"),
+        (sqlite3.SQLITE_FULL, "database or disk is full"),
+        (sqlite3.SQLITE_IOERR_FSYNC, "disk I/O error (an extended code)"),
+        (sqlite3.SQLITE_READONLY, "attempt to write a readonly database"),
+        (sqlite3.SQLITE_CANTOPEN, "unable to open database file"),
+    ],
+)
+async def test_an_outage_becomes_store_unavailable(
+    db: SqliteDatabase, code: int, name: str
+) -> None:
     with pytest.raises(StoreUnavailableError) as caught:
-        await db.write(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+        await db.write(_raising(code, name))
     assert isinstance(caught.value.__cause__, sqlite3.Error)
     with pytest.raises(StoreUnavailableError):
-        await db.read(lambda conn: conn.execute("SELECT * FROM no_such_table").fetchall())
+        await db.read(_raising(code, name))
+    assert db.recent_write_failure(3600) is not None  # readiness hears of it
     # The writer survives a failed op.
+    assert await db.write(_insert("after")) == "after"
+
+
+async def test_a_wrong_statement_goes_through_as_the_drivers_error(db: SqliteDatabase) -> None:
+    # A bug, which no retry mends: calling it an outage would hide it (and make the
+    # process unready for something the store did not do).
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await db.write(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+    await db.write(_insert("k"))
+    with pytest.raises(sqlite3.IntegrityError):
+        await db.write(_insert("k"))
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await db.read(lambda conn: conn.execute("SELECT * FROM no_such_table").fetchall())
+    assert db.recent_write_failure(3600) is None
     assert await db.write(_insert("after")) == "after"
 
 

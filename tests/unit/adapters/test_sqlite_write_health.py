@@ -28,7 +28,15 @@ def _insert(key: str):
 
 
 def _refuse(conn: sqlite3.Connection) -> None:
-    raise sqlite3.OperationalError("database or disk is full")
+    raise _disk_full()
+
+
+def _disk_full() -> sqlite3.OperationalError:
+    # As SQLite raises it: the result code is what says it is an outage.
+    error = sqlite3.OperationalError("database or disk is full")
+    error.sqlite_errorcode = sqlite3.SQLITE_FULL
+    error.sqlite_errorname = "SQLITE_FULL"
+    return error
 
 
 def _probe(conn: sqlite3.Connection) -> None:

@@ -17,7 +17,9 @@ class FlakyStore:
 
     def __init__(self, *, broken: bool = False, error: Exception | None = None) -> None:
         self.broken = broken
-        self.error = error or OSError(30, "Read-only file system")
+        self.error = error or ResultsUnavailableError(
+            "results: cannot write a segment: Read-only file system"
+        )
         self.puts = 0
         self.probes = 0
         self.heal_after_puts: int | None = None
@@ -61,6 +63,19 @@ def writer_over(store: FlakyStore, sleep: FakeSleep, **options) -> ResultWriter:
     return ResultWriter(store, sleep=sleep, **options)
 
 
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), ValueError("a bug")])
+async def test_an_error_that_is_no_outage_is_never_retried(error: Exception) -> None:
+    # The engines say "away" with BackendUnavailableError; anything else is a bug of the
+    # store's, which no retry mends, and the health stays as it was.
+    store = FlakyStore(broken=True, error=error)
+    sleep = FakeSleep()
+    writer = writer_over(store, sleep)
+
+    with pytest.raises(type(error)):
+        await writer.put("k", b"x", keep_trying=lambda: True)
+    assert (store.puts, sleep.delays, writer.healthy) == (1, [], True)
+
+
 async def test_a_healthy_write_goes_straight_through() -> None:
     sleep = FakeSleep()
     writer = writer_over(FlakyStore(), sleep)
@@ -72,7 +87,6 @@ async def test_a_healthy_write_goes_straight_through() -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        OSError(28, "No space left on device"),
         StoreUnavailableError("sqlite: database is locked"),
         ResultsUnavailableError("results: cannot write a segment"),
     ],
@@ -102,7 +116,9 @@ async def test_it_gives_up_as_unavailable_once_the_attempt_is_no_longer_worth_fi
 
     assert store.puts == 3
     assert writer.healthy is False
-    assert writer.last_error == "OSError: Read-only file system"
+    assert writer.last_error == (
+        "ResultsUnavailableError: results: cannot write a segment: Read-only file system"
+    )
 
 
 async def test_keep_trying_may_be_a_coroutine() -> None:

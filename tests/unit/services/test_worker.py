@@ -373,7 +373,7 @@ async def test_a_heartbeat_the_store_misses_does_not_kill_the_call(make_world) -
 async def test_a_briefly_unavailable_store_does_not_throw_a_paid_result_away(
     make_world, monkeypatch
 ) -> None:
-    from ferryman.core.errors import StoreUnavailableError
+    from ferryman.core.errors import ResultsUnavailableError, StoreUnavailableError
     from ferryman.services import delivery
 
     monkeypatch.setattr(delivery, "PERSIST_RETRY_DELAYS_SECONDS", (0, 0, 0))
@@ -385,7 +385,7 @@ async def test_a_briefly_unavailable_store_does_not_throw_a_paid_result_away(
     async def flaky_put(key, data):
         if failures["put"]:
             failures["put"] -= 1
-            raise OSError(28, "No space left on device")
+            raise ResultsUnavailableError("results: cannot write a segment: No space left")
         return await real_put(key, data)
 
     async def flaky_succeed(*args, **kwargs):

@@ -25,7 +25,7 @@ from ferryman.adapters.sqlite.writer import (
     GroupCommitWriter,
     ProbeWrite,
     translate_errors,
-    unavailable,
+    translated,
 )
 from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import StoreUnavailableError
@@ -173,7 +173,7 @@ class SqliteDatabase:
         try:
             conn.execute("BEGIN")
         except sqlite3.Error as exc:
-            return [Outcome(error=unavailable(exc))] * len(fns)
+            return [Outcome(error=translated(exc))] * len(fns)
         try:
             return [_read_one(conn, fn) for fn in fns]
         finally:
@@ -211,7 +211,7 @@ def _read_one(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any])
     try:
         return Outcome(value=fn(conn))
     except sqlite3.Error as exc:
-        return Outcome(error=unavailable(exc))
+        return Outcome(error=translated(exc))
     except Exception as exc:  # noqa: BLE001 - handed to the read's caller, not swallowed
         return Outcome(error=exc)
 

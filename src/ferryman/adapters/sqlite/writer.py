@@ -40,13 +40,48 @@ _FIRST_LOCK_WAIT_SECONDS = 0.0002
 _LONGEST_LOCK_WAIT_SECONDS = 0.002
 
 
+# SQLite's primary result codes that say the file cannot serve us now: its lock is
+# held, the disk failed, filled up or turned read-only, the file cannot be opened or is
+# not (or no longer) a database, memory ran out. The low byte of an extended code
+# (SQLITE_IOERR_FSYNC, SQLITE_BUSY_RECOVERY, ...) is its primary code.
+_OUTAGE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+
+
+def is_outage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite says the store is away (to ride out, and for readiness to
+    report), not that a statement is wrong (a constraint, bad SQL, a closed
+    connection: bugs, which retrying never mends)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _OUTAGE_CODES
+
+
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
-    """Driver errors become StoreUnavailableError at the adapter boundary."""
+    """An outage becomes StoreUnavailableError at the adapter boundary; every other
+    driver error goes through as itself, as on PostgreSQL (adapters/postgres/errors.py)."""
     try:
         yield
     except sqlite3.Error as exc:
-        raise unavailable(exc) from exc
+        raise translated(exc) from exc
+
+
+def translated(exc: sqlite3.Error) -> Exception:
+    """What the caller of a failed operation gets: StoreUnavailableError for an
+    outage, else the driver's error itself."""
+    return unavailable(exc) if is_outage(exc) else exc
 
 
 def unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
@@ -157,7 +192,7 @@ class GroupCommitWriter:
             # Nothing of this batch was committed: every caller gets the failure.
             self._rollback()
             self._note_failure(exc)
-            failed = Outcome(error=unavailable(exc))
+            failed = Outcome(error=translated(exc))
             return [failed] * len(ops)
         if self._failures == failures and not all(isinstance(op, ProbeWrite) for op in ops):
             self.last_success_at = time.monotonic()
@@ -184,7 +219,7 @@ class GroupCommitWriter:
                 self._begin()
                 if isinstance(exc, sqlite3.Error):
                     self._note_failure(exc)
-                    return [Outcome(error=unavailable(exc))]
+                    return [Outcome(error=translated(exc))]
                 return [Outcome(error=exc)]
         return outcomes
 
@@ -199,12 +234,15 @@ class GroupCommitWriter:
             self._conn.execute("RELEASE op")
             if isinstance(exc, sqlite3.Error):
                 self._note_failure(exc)
-                return Outcome(error=unavailable(exc))
+                return Outcome(error=translated(exc))
             return Outcome(error=exc)
         self._conn.execute("RELEASE op")
         return Outcome(value=value)
 
     def _note_failure(self, exc: sqlite3.Error) -> None:
+        """Remember an outage for readiness; a wrong statement says nothing of the store."""
+        if not is_outage(exc):
+            return
         self.last_failure = f"{type(exc).__name__}: {exc}"
         self.last_failure_at = time.monotonic()
         self._failures += 1
