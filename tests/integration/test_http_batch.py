@@ -330,6 +330,7 @@ async def test_a_batch_within_one_slice_is_one_transaction(
     http_stack: HttpStack,
     http_problem: ProblemCheck,
     monkeypatch: pytest.MonkeyPatch,
+    sqlite_outage: Callable[[str, int], sqlite3.OperationalError],
 ) -> None:
     """A fault after some items were written leaves none of the batch behind."""
     real = messages.insert_message
@@ -339,7 +340,7 @@ async def test_a_batch_within_one_slice_is_one_transaction(
         nonlocal written
         written += 1
         if written == 3:
-            raise sqlite3.OperationalError("disk I/O error")
+            raise sqlite_outage("disk I/O error", sqlite3.SQLITE_IOERR)
         real(conn, *args, **kwargs)
 
     monkeypatch.setattr(messages, "insert_message", failing)
@@ -371,7 +372,10 @@ async def test_an_idempotency_key_header_is_400_naming_the_per_item_key(
 
 
 async def test_a_store_failure_after_a_stored_slice_answers_per_item_and_a_retry_converges(
-    http_client: httpx.AsyncClient, http_stack: HttpStack, monkeypatch: pytest.MonkeyPatch
+    http_client: httpx.AsyncClient,
+    http_stack: HttpStack,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_outage: Callable[[str, int], sqlite3.OperationalError],
 ) -> None:
     """A batch is stored a slice at a time: a fault in its second slice leaves the first
     stored and says so; the same batch again (same keys) stores exactly the rest."""
@@ -382,7 +386,7 @@ async def test_a_store_failure_after_a_stored_slice_answers_per_item_and_a_retry
         nonlocal written
         written += 1
         if written == BATCH_SLICE_JOBS + 3:
-            raise sqlite3.OperationalError("disk I/O error")
+            raise sqlite_outage("disk I/O error", sqlite3.SQLITE_IOERR)
         real(conn, *args, **kwargs)
 
     monkeypatch.setattr(messages, "insert_message", failing)

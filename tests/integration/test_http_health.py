@@ -74,11 +74,12 @@ async def test_readyz_is_503_while_writes_fail_though_reads_work(
     http_stack: HttpStack,
     http_open_client: Callable[..., httpx.AsyncClient],
     http_problem: ProblemCheck,
+    sqlite_outage: Callable[[str, int], sqlite3.OperationalError],
 ) -> None:
     """A locked or full database still answers reads: ready means a write goes through."""
 
     def refuse(conn: sqlite3.Connection) -> None:
-        raise sqlite3.OperationalError("database or disk is full")
+        raise sqlite_outage("database or disk is full", sqlite3.SQLITE_FULL)
 
     with pytest.raises(StoreUnavailableError):
         await http_stack.db.write(refuse)
@@ -96,12 +97,13 @@ async def test_readyz_follows_the_store_back_as_soon_as_work_is_written_again(
     http_stack: HttpStack,
     http_open_client: Callable[..., httpx.AsyncClient],
     http_keys: HttpKeys,
+    sqlite_outage: Callable[[str, int], sqlite3.OperationalError],
 ) -> None:
     """A lock that cleared: ready again at the next write of work, not 10 s later.
     The probe's own small write is not that proof (a nearly full disk takes it)."""
 
     def refuse(conn: sqlite3.Connection) -> None:
-        raise sqlite3.OperationalError("database is locked")
+        raise sqlite_outage("database is locked", sqlite3.SQLITE_BUSY)
 
     client = http_open_client(http_stack.app())
     with pytest.raises(StoreUnavailableError):
