@@ -101,6 +101,10 @@ class HttpStack:
             "usage": UsageReports(store=self.store, clock=self.clock),
             "clock": self.clock,
             "tasks": self.tasks,
+            # The clock here stands still, so a budget would never refill: these tests
+            # run without budgets unless one sets them (AppDeps' own are Settings').
+            "tenant_rate_per_second": 0.0,
+            "tenant_read_rate_per_second": 0.0,
         }
         options.update(overrides)
         return AppDeps(**options)

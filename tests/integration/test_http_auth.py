@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ferryman.adapters.sqlite import SqliteApiKeyStore
+from ferryman.config import Settings
 from ferryman.core.errors import AuthenticationError, InvalidRequestError
+from ferryman.http.app import AppDeps, create_app
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -229,11 +231,40 @@ async def test_unauthenticated_requests_do_not_spend_a_tenants_budget(
     assert (await acme.post("/v1/generations", json=GENERATE)).status_code == 202
 
 
-async def test_no_rate_limit_by_default(http_client: httpx.AsyncClient) -> None:
+async def test_a_rate_of_zero_turns_the_budget_off(http_client: httpx.AsyncClient) -> None:
+    # http_client's app sets both rates to 0 (tests/integration/conftest.py).
     responses = [await http_client.get("/v1/generations") for _ in range(50)]
 
     assert {r.status_code for r in responses} == {200}
     assert "RateLimit" not in responses[-1].headers
+
+
+async def test_the_default_budgets_are_the_deployments(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+) -> None:
+    # AppDeps left to its defaults budgets as a deployment that sets nothing does.
+    given = http_stack.deps()
+    app = create_app(
+        AppDeps(
+            intake=given.intake,
+            jobs=given.jobs,
+            operations=given.operations,
+            api_keys=given.api_keys,
+            usage=given.usage,
+            clock=given.clock,
+        )
+    )
+    acme = http_open_client(app, http_keys.acme)
+    settings = Settings()
+    submitted = await acme.post("/v1/generations", json=GENERATE)
+    listed = await acme.get("/v1/generations")
+    assert submitted.headers["RateLimit-Policy"].startswith(f'"submit";q={settings.tenant_burst};')
+    assert listed.headers["RateLimit-Policy"] == (
+        f'"read";q={settings.tenant_read_burst};'
+        f"w={settings.tenant_read_burst // int(settings.tenant_read_rate_per_second)}"
+    )
 
 
 # --- ApiKeys, the service behind the Bearer check ---------------------------------

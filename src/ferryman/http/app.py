@@ -73,11 +73,11 @@ class AppDeps:
     batch_turns: int = DEFAULT_BATCH_TURNS
     # Per-tenant budgets (http/rate_limit.py), requests per second with bursts;
     # a rate of 0 turns that budget off. Submissions and cancels spend the first,
-    # reads the second.
-    tenant_rate_per_second: float = 0.0
-    tenant_burst: int = 20
-    tenant_read_rate_per_second: float = 0.0
-    tenant_read_burst: int = 40
+    # reads the second. The defaults are Settings' (a test holds them equal).
+    tenant_rate_per_second: float = 5000.0
+    tenant_burst: int = 100
+    tenant_read_rate_per_second: float = 200.0
+    tenant_read_burst: int = 400
     # The registry intake validates against: GET /v1/tasks lists it and the OpenAPI
     # document describes each task's body. None leaves both out.
     tasks: TaskRegistry | None = None

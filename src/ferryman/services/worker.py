@@ -85,7 +85,7 @@ class Worker:
         receive_linger_seconds: float = DEFAULT_RECEIVE_LINGER_SECONDS,
         attempt_timeout_seconds: float | None = None,
         max_receives: int = 10,
-        tenant_max_share: float = 1.0,
+        tenant_max_share: float = 0.5,
         cancel_check_seconds: float = 0.5,
         budgets: Mapping[str, CallBudget] | None = None,
         shared_limits: SharedLimits | None = None,
