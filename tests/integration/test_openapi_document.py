@@ -203,16 +203,9 @@ def test_times_are_date_times_in_the_document(document: dict[str, Any]) -> None:
     )
 
 
-@pytest.mark.parametrize("sim_scripts", [False, True])
-async def test_the_simulate_block_is_offered_only_where_scripts_are_taken(
-    http_stack: HttpStack,
-    http_keys: HttpKeys,
-    http_open_client: Callable[..., httpx.AsyncClient],
-    sim_scripts: bool,
-) -> None:
-    """No input the document or GET /v1/tasks describes is refused: with scripts off
-    (the default) neither offers the sim's simulate block."""
-    intake = Intake(
+def _intake(http_stack: HttpStack, *, sim_scripts: bool) -> Intake:
+    """The stack's intake, its catalog serving the stack's provider by its own name."""
+    return Intake(
         store=http_stack.store,
         queue=http_stack.queue,
         tasks=http_stack.tasks,
@@ -222,6 +215,18 @@ async def test_the_simulate_block_is_offered_only_where_scripts_are_taken(
         catalog=ModelCatalog.serving_own_names([http_stack.provider]),
         sim_scripts=sim_scripts,
     )
+
+
+@pytest.mark.parametrize("sim_scripts", [False, True])
+async def test_the_simulate_block_is_offered_only_where_scripts_are_taken(
+    http_stack: HttpStack,
+    http_keys: HttpKeys,
+    http_open_client: Callable[..., httpx.AsyncClient],
+    sim_scripts: bool,
+) -> None:
+    """No input the document or GET /v1/tasks describes is refused: with scripts off
+    (the default) neither offers the sim's simulate block."""
+    intake = _intake(http_stack, sim_scripts=sim_scripts)
     app = http_stack.app(intake=intake)
     document = (await http_open_client(app).get("/openapi.json")).json()
     listed = (await http_open_client(app, http_keys.acme).get("/v1/tasks")).json()["data"]
@@ -239,16 +244,7 @@ async def test_the_simulate_block_is_offered_only_where_scripts_are_taken(
 async def test_the_body_per_task_follows_the_registry_and_the_catalog(
     http_stack: HttpStack, http_open_client: Callable[..., httpx.AsyncClient]
 ) -> None:
-    intake = Intake(
-        store=http_stack.store,
-        queue=http_stack.queue,
-        tasks=http_stack.tasks,
-        control=http_stack.control,
-        clock=http_stack.clock,
-        idempotency_retention_seconds=60.0,
-        catalog=ModelCatalog.serving_own_names([http_stack.provider]),
-        sim_scripts=False,
-    )
+    intake = _intake(http_stack, sim_scripts=False)
     app = http_stack.app(intake=intake)
     document = (await http_open_client(app).get("/openapi.json")).json()
     body = document["paths"]["/v1/generations"]["post"]["requestBody"]["content"][
