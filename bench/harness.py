@@ -27,14 +27,16 @@ from ferryman.adapters.sqlite import (
 from ferryman.core.clock import SystemClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
-from ferryman.failpoints import Failpoints
 from ferryman.observability.logging import configure_logging
+from ferryman.services.attempt import attempt_timeouts
 from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.ledger import JobLedger
 from ferryman.services.results import ResultWriter
-from ferryman.services.worker import Worker
+from ferryman.services.worker import Worker, compose_worker
+from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 from ferryman.tasks import builtin_tasks
+from ferryman.wiring import process_observers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -82,22 +84,25 @@ class Stack:
         provider_timeout_seconds: float = 30.0,
         budgets: Mapping[str, CallBudget] | None = None,
     ) -> Worker:
-        return Worker(
+        parts = WorkerParts(
             store=self.store,
             queue=self.queue,
             results=ResultWriter(self.results),
+            control=self.control,
             catalog=ModelCatalog.serving_own_names(providers),
             tasks=self.tasks,
-            control=self.control,
             clock=self.clock,
+            observers=self.store.observers,
+        )
+        settings = WorkerSettings(
+            worker_id="bench",
+            concurrency=concurrency,
             lease=lease or LeasePolicy(),
             retry=RetryPolicy(),
-            concurrency=concurrency,
-            provider_timeout_seconds=provider_timeout_seconds,
-            worker_id="bench",
-            failpoints=Failpoints(),
             receive_wait_seconds=0.05,
-            budgets=budgets,
+        )
+        return compose_worker(
+            parts, settings, timeouts=attempt_timeouts(provider_timeout_seconds), budgets=budgets
         )
 
 
@@ -115,7 +120,7 @@ async def open_stack(
             store = FileResultStore(path.with_name(path.stem + "-results"))
         yield Stack(
             db=db,
-            store=JobLedger(SqliteJobStore(db)),
+            store=JobLedger(SqliteJobStore(db), observers=process_observers()),
             queue=SqliteJobQueue(db, clock=SystemClock()),
             results=store,
             control=SqliteControlStore(db),

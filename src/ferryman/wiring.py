@@ -34,15 +34,21 @@ from ferryman.engines import (
     probe_engine,
     sqlite_path,
 )
+from ferryman.failpoints import Failpoints
 from ferryman.observability import metrics
+from ferryman.observability.job_failpoints import FailpointObserver
+from ferryman.observability.job_logs import LogObserver
+from ferryman.observability.job_metrics import MetricsObserver
 from ferryman.provider_kinds import build_provider, factory_for
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
+from ferryman.services.attempt import attempt_timeouts
 from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, TenantQuotas
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
 from ferryman.services.limiter import DEFAULT_START_CONCURRENCY, CallBudget
+from ferryman.services.observers import Observers
 from ferryman.services.operations import Operations
 from ferryman.services.pauses import WaitReasons
 from ferryman.services.probes import ProbeSchedule
@@ -51,7 +57,8 @@ from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATC
 from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
-from ferryman.services.worker import Worker
+from ferryman.services.worker import Worker, compose_worker
+from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 from ferryman.tasks import TaskDefinitionError, builtin_tasks, declared_task, load_task_modules
 
 if TYPE_CHECKING:
@@ -201,34 +208,42 @@ class Runtime:
 
     def new_worker(self, concurrency: int | None = None) -> Worker:
         s = self.settings
-        return Worker(
+        parts = WorkerParts(
             store=self.store,
             queue=self.queue,
             results=self.result_writer,
+            control=self.control,
             catalog=self.catalog,
             tasks=self.tasks,
-            control=self.control,
             clock=self.clock,
+            observers=self.store.observers,
+        )
+        settings = WorkerSettings(
+            worker_id=new_worker_id(socket.gethostname(), os.getpid()),
+            concurrency=concurrency or s.worker_concurrency,
             lease=s.lease_policy(),
             retry=s.retry_policy(),
-            concurrency=concurrency or s.worker_concurrency,
-            provider_timeout_seconds=s.provider_timeout_seconds,
-            provider_timeouts=s.provider_timeouts(),
-            attempt_timeout_seconds=s.attempt_timeout_seconds,
-            worker_id=new_worker_id(socket.gethostname(), os.getpid()),
-            failpoints=s.failpoint_set(),
+            max_receives=s.max_receives,
+            tenant_max_share=s.tenant_max_share,
             shutdown_grace_seconds=s.shutdown_grace_seconds,
             receive_wait_seconds=s.receive_wait_seconds,
             receive_linger_seconds=s.receive_linger_seconds,
-            max_receives=s.max_receives,
-            tenant_max_share=s.tenant_max_share,
             cancel_check_seconds=s.cancel_check_seconds,
-            budgets=call_budgets(s),
-            shared_limits=self.shared_limits,
             probe_schedule=ProbeSchedule(
                 initial_seconds=s.provider_probe_initial_seconds,
                 maximum_seconds=s.provider_probe_max_seconds,
             ),
+        )
+        return compose_worker(
+            parts,
+            settings,
+            timeouts=attempt_timeouts(
+                s.provider_timeout_seconds,
+                attempt_timeout_seconds=s.attempt_timeout_seconds,
+                provider_timeouts=s.provider_timeouts(),
+            ),
+            budgets=call_budgets(s),
+            shared_limits=self.shared_limits,
         )
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
@@ -402,11 +417,19 @@ async def open_runtime(
         await catalog.aclose()
 
 
+def process_observers(failpoints: Failpoints | None = None) -> Observers:
+    """What watches a process's jobs: metrics, lifecycle logs and failpoints, in the
+    order they are called in (docs/architecture.md, "Adding an observer")."""
+    return Observers(
+        [MetricsObserver(), LogObserver(), FailpointObserver(failpoints or Failpoints())]
+    )
+
+
 def _build(
     settings: Settings, engine: Engine, clock: Clock, *, tasks: TaskRegistry, catalog: ModelCatalog
 ) -> Runtime:
     metrics.configure(tenant_labels=settings.metrics_tenant_labels)
-    store = JobLedger(engine.store)
+    store = JobLedger(engine.store, observers=process_observers(settings.failpoint_set()))
     queue = engine.queue
     results, results_location = _results_store(settings, engine)
     keys = engine.keys

@@ -26,11 +26,11 @@ from ferryman.adapters.sqlite import (
 from ferryman.core.clock import FakeClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
-from ferryman.failpoints import Failpoints
 from ferryman.http.app import AppDeps, create_app
 from ferryman.http.error_map import PROBLEM_MEDIA_TYPE
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
+from ferryman.services.attempt import attempt_timeouts
 from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake
 from ferryman.services.jobs import JobQueries
@@ -39,8 +39,10 @@ from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
-from ferryman.services.worker import Worker
+from ferryman.services.worker import Worker, compose_worker
+from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 from ferryman.tasks import builtin_tasks
+from ferryman.wiring import process_observers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -113,23 +115,25 @@ class HttpStack:
         return create_app(self.deps(**overrides))
 
     def worker(self) -> Worker:
-        return Worker(
+        parts = WorkerParts(
             store=self.store,
             queue=self.queue,
             results=ResultWriter(self.results),
+            control=self.control,
             catalog=ModelCatalog.serving_own_names([self.provider]),
             tasks=self.tasks,
-            control=self.control,
             clock=self.clock,
+            observers=self.store.observers,
+        )
+        settings = WorkerSettings(
+            worker_id="http-test-worker",
+            concurrency=8,
             lease=LeasePolicy(lease_seconds=60.0, visibility_timeout_seconds=60.0),
             retry=RetryPolicy(max_attempts=2),
-            concurrency=8,
-            provider_timeout_seconds=5.0,
-            worker_id="http-test-worker",
-            failpoints=Failpoints(),
             shutdown_grace_seconds=0.05,
             receive_wait_seconds=0.0,
         )
+        return compose_worker(parts, settings, timeouts=attempt_timeouts(5.0))
 
     async def run_worker(self) -> int:
         """Handle every visible message to its end; return how many were handled."""
@@ -152,7 +156,7 @@ class HttpStack:
 async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
     clock = FakeClock()
     db = await SqliteDatabase.open(tmp_path / "ferryman.db", synchronous="NORMAL")
-    store = JobLedger(SqliteJobStore(db, clock=clock))
+    store = JobLedger(SqliteJobStore(db, clock=clock), observers=process_observers())
     queue = SqliteJobQueue(db, clock=clock, max_receives=HTTP_MAX_RECEIVES)
     results = SqliteResultStore(db)
     control = SqliteControlStore(db)

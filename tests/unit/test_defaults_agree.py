@@ -52,8 +52,8 @@ WORKED_OUT: dict[tuple[str, str], tuple[Any, Any]] = {
         .default,
         SETTINGS.stalled_seconds,
     ),
-    # The worker: None means 1.5 times its provider timeout (services/worker.py).
-    ("ferryman.services.worker.Worker", "attempt_timeout_seconds"): (
+    # The worker: None means 1.5 times its provider timeout (services/attempt.py).
+    ("ferryman.services.attempt.attempt_timeouts", "attempt_timeout_seconds"): (
         1.5 * SETTINGS.provider_timeout_seconds,
         SETTINGS.attempt_timeout_seconds,
     ),
@@ -101,7 +101,8 @@ def test_the_scan_finds_the_knobs_it_is_meant_to() -> None:
     named = {(q, p) for q, p, _, _ in KNOBS}
     assert {
         ("ferryman.http.app.AppDeps", "tenant_rate_per_second"),
-        ("ferryman.services.worker.Worker", "tenant_max_share"),
+        ("ferryman.services.worker_parts.WorkerSettings", "tenant_max_share"),
+        ("ferryman.services.worker_parts.WorkerSettings", "receive_linger_seconds"),
         ("ferryman.core.retry.RetryPolicy", "backoff_coefficient"),
         ("ferryman.engines.EngineOptions", "sqlite_synchronous"),
     } <= named

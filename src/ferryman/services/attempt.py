@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,6 @@ from ferryman.core.errors import (
     ThrottledError,
 )
 from ferryman.core.job import RAW_OUTPUT_MAX_CHARS, AttemptOutcome, AttemptReport
-from ferryman.observability import metrics
 from ferryman.ports.provider import FinishReason
 from ferryman.services.cancels import CancelWatcher
 from ferryman.services.limiter import estimate_tokens
@@ -40,17 +38,15 @@ from ferryman.services.limiter import estimate_tokens
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from prometheus_client import Counter, Histogram
-
-    from ferryman.core.clock import Clock
     from ferryman.core.job import Job
     from ferryman.core.lease import LeasePolicy
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
-    from ferryman.ports.queue import Delivery, JobQueue
-    from ferryman.services.catalog import ModelCatalog, Route
-    from ferryman.services.ledger import JobLedger, LeaseStatus
+    from ferryman.ports.queue import Delivery
+    from ferryman.services.catalog import Route
+    from ferryman.services.ledger import LeaseStatus
     from ferryman.services.limiter import Limiters
-    from ferryman.tasks import TaskDefinition, TaskRegistry
+    from ferryman.services.worker_parts import WorkerParts
+    from ferryman.tasks import TaskDefinition
 
 log = structlog.get_logger("ferryman.worker")
 
@@ -145,28 +141,6 @@ _FAILING_OUTCOMES = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class _CallSeries:
-    """The metric series every call of one task on one model alias counts in."""
-
-    invocations: Counter
-    latency: Histogram
-    input_tokens: Counter
-    output_tokens: Counter
-
-
-@functools.cache
-def _call_series(task: str, model: str) -> _CallSeries:
-    """Looked up once per (task, alias), not four label lookups per call. The values are
-    bounded sets (task and alias names), as the metrics' own children are."""
-    return _CallSeries(
-        invocations=metrics.child(metrics.INVOCATIONS, task=task, model=model),
-        latency=metrics.child(metrics.MODEL_LATENCY, model=model),
-        input_tokens=metrics.child(metrics.TOKENS, model=model, direction="input"),
-        output_tokens=metrics.child(metrics.TOKENS, model=model, direction="output"),
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class AttemptTimeouts:
     # A call's client-side timeout, for a provider without one of its own.
     provider_timeout_seconds: float
@@ -181,29 +155,42 @@ class AttemptTimeouts:
         return self.per_provider.get(provider, self.provider_timeout_seconds)
 
 
+def attempt_timeouts(
+    provider_timeout_seconds: float,
+    *,
+    attempt_timeout_seconds: float | None = None,
+    provider_timeouts: Mapping[str, float] | None = None,
+) -> AttemptTimeouts:
+    """The timeouts of a worker's calls; the attempt's, unless given, is 1.5 times the
+    longest provider timeout (FERRYMAN_ATTEMPT_TIMEOUT_SECONDS's rule)."""
+    per_provider = dict(provider_timeouts or {})
+    return AttemptTimeouts(
+        provider_timeout_seconds=provider_timeout_seconds,
+        attempt_timeout_seconds=attempt_timeout_seconds
+        or max([provider_timeout_seconds, *per_provider.values()]) * 1.5,
+        per_provider=per_provider,
+    )
+
+
 class AttemptRunner:
     def __init__(
         self,
+        parts: WorkerParts,
         *,
-        store: JobLedger,
-        queue: JobQueue,
-        catalog: ModelCatalog,
-        tasks: TaskRegistry,
-        clock: Clock,
         lease: LeasePolicy,
         timeouts: AttemptTimeouts,
         limiters: Limiters,
     ) -> None:
-        self._store = store
-        self._queue = queue
-        self._catalog = catalog
-        self._tasks = tasks
-        self._clock = clock
+        self._store = parts.store
+        self._queue = parts.queue
+        self._catalog = parts.catalog
+        self._tasks = parts.tasks
+        self._clock = parts.clock
+        self._observers = parts.observers
         self._lease = lease
         self._timeouts = timeouts
         self._limiters = limiters
         self._releasing = asyncio.Event()
-        self._unknown_usage = UnknownUsageWarnings()
         # Attended attempts by job id: what the cancel watcher looks at.
         self._attended: dict[str, RunningAttempt] = {}
 
@@ -237,7 +224,7 @@ class AttemptRunner:
             result.error = exc
             return result
         result.model, result.provider = route.alias.name, route.provider.name
-        attempt._call = asyncio.create_task(self._call(route, task, request, result))
+        attempt._call = asyncio.create_task(self._call(attempt, route, task, request, result))
         try:
             await attempt._call
         except asyncio.CancelledError:
@@ -259,47 +246,52 @@ class AttemptRunner:
         await watcher.run(stop)
 
     async def _call(
-        self, route: Route, task: TaskDefinition[Any], request: ModelRequest, result: CallResult
+        self,
+        attempt: RunningAttempt,
+        route: Route,
+        task: TaskDefinition[Any],
+        request: ModelRequest,
+        result: CallResult,
     ) -> None:
         provider = route.provider
         limiter = self._limiters.get(provider.name, request.model)
         estimate = estimate_tokens(request.system, request.prompt, max_tokens=request.max_tokens)
-        async with limiter.slot(estimated_tokens=estimate) as admission:
-            series = _call_series(task.name, route.alias.name)
-            series.invocations.inc()
-            started = time.perf_counter()
-            try:
-                response = await self._invoke(provider, request)
-            except ProviderError as exc:
-                result.error = exc
-                # The provider's id for the failed call: what its support asks for.
-                result.provider_request_id = exc.provider_request_id
-                if isinstance(exc, ThrottledError):
-                    metrics.child(metrics.THROTTLES, model=route.alias.name).inc()
-                if not exc.scripted:  # a client's script never steers the shared window
-                    await limiter.record(
-                        admission,
-                        throttled=isinstance(exc, ThrottledError),
-                        retry_after_seconds=exc.retry_after_seconds,
-                    )
-                return
-            finally:
-                elapsed = time.perf_counter() - started
-                result.latency_ms = int(elapsed * 1000)
-                series.latency.observe(elapsed)
-            await limiter.record(admission, throttled=False, used_tokens=_used_tokens(response))
-        self._record_usage(result, route, response, series)
+        elapsed: float | None = None  # set once the provider was asked
         try:
-            if response.finish_reason is FinishReason.LENGTH:
-                raise InvalidOutputError(
-                    "the answer was cut off at max_tokens before it was complete"
-                )
-            result.output = task.parse_output(response.text, request=request)
-        except ProviderError as exc:  # InvalidOutputError: the schema was broken
-            metrics.child(metrics.VALIDATION_FAILURES, task=task.name).inc()
-            result.error = exc
-            # Kept (bounded) with the attempt, for its tenant to debug the prompt with.
-            result.raw_output = response.text[:RAW_OUTPUT_MAX_CHARS]
+            async with limiter.slot(estimated_tokens=estimate) as admission:
+                self._observers.call_started(attempt, result)
+                started = time.perf_counter()
+                try:
+                    response = await self._invoke(provider, request)
+                except ProviderError as exc:
+                    result.error = exc
+                    # The provider's id for the failed call: what its support asks for.
+                    result.provider_request_id = exc.provider_request_id
+                    if not exc.scripted:  # a client's script never steers the shared window
+                        await limiter.record(
+                            admission,
+                            throttled=isinstance(exc, ThrottledError),
+                            retry_after_seconds=exc.retry_after_seconds,
+                        )
+                    return
+                finally:
+                    elapsed = time.perf_counter() - started
+                    result.latency_ms = int(elapsed * 1000)
+                await limiter.record(admission, throttled=False, used_tokens=_used_tokens(response))
+            self._record_usage(result, route, response)
+            try:
+                if response.finish_reason is FinishReason.LENGTH:
+                    raise InvalidOutputError(
+                        "the answer was cut off at max_tokens before it was complete"
+                    )
+                result.output = task.parse_output(response.text, request=request)
+            except ProviderError as exc:  # InvalidOutputError: the schema was broken
+                result.error = exc
+                # Kept (bounded) with the attempt, for its tenant to debug the prompt with.
+                result.raw_output = response.text[:RAW_OUTPUT_MAX_CHARS]
+        finally:
+            if elapsed is not None:
+                self._observers.call_ended(attempt, result, elapsed)
 
     async def _invoke(self, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
         try:
@@ -317,9 +309,8 @@ class AttemptRunner:
             log.warning("provider.unexpected_error", error_type=type(exc).__name__)
             raise ProviderServerError("the provider failed unexpectedly") from exc
 
-    def _record_usage(
-        self, result: CallResult, route: Route, response: ModelResponse, series: _CallSeries
-    ) -> None:
+    @staticmethod
+    def _record_usage(result: CallResult, route: Route, response: ModelResponse) -> None:
         tokens_in, tokens_out = response.input_tokens, response.output_tokens
         result.input_tokens, result.output_tokens = tokens_in, tokens_out
         result.provider_request_id = response.provider_request_id
@@ -327,15 +318,10 @@ class AttemptRunner:
         result.finish_reason = response.finish_detail or str(response.finish_reason)
         if tokens_in is None or tokens_out is None:
             # Unknown, never 0 tokens and $0: the attempt's cost stays null, and usage
-            # reports count such calls apart.
+            # reports count such calls apart (observability/job_logs.py warns of them).
             result.cost_nano_usd = None
-            self._unknown_usage.note(route, response)
         else:
             result.cost_nano_usd = route.alias.prices.cost_nano_usd(tokens_in, tokens_out)
-        if tokens_in is not None:
-            series.input_tokens.inc(tokens_in)
-        if tokens_out is not None:
-            series.output_tokens.inc(tokens_out)
 
     async def _beat(self, attempt: RunningAttempt) -> LeaseStatus | None:
         """Renew the lease and the message's visibility; None when the store failed."""
@@ -384,49 +370,6 @@ def _used_tokens(response: ModelResponse) -> int | None:
     if response.input_tokens is None or response.output_tokens is None:
         return None
     return response.input_tokens + response.output_tokens
-
-
-# An answer without usage is counted every time; its warning is written once per
-# (provider, alias) in this long at most, saying how many calls it stands for.
-UNKNOWN_USAGE_WARNING_INTERVAL_SECONDS = 60.0
-
-
-class UnknownUsageWarnings:
-    """Counts answers that reported no usage (``ferryman_usage_unknown_total``) and warns
-    about them: the first at once, then at most one line a minute per (provider, alias),
-    so a server that never reports usage does not write a line per call."""
-
-    def __init__(self, *, interval_seconds: float = UNKNOWN_USAGE_WARNING_INTERVAL_SECONDS):
-        self._interval_seconds = interval_seconds
-        # (provider, alias) -> when its last line was written, calls since then.
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}
-
-    def note(self, route: Route, response: ModelResponse) -> None:
-        provider, alias = route.provider.name, route.alias.name
-        metrics.child(metrics.USAGE_UNKNOWN, provider=provider, model=alias).inc()
-        now = time.monotonic()
-        written_at, unwritten = self._last.get((provider, alias), (float("-inf"), 0))
-        if now - written_at < self._interval_seconds:
-            self._last[(provider, alias)] = (written_at, unwritten + 1)
-            return
-        self._last[(provider, alias)] = (now, 0)
-        missing = [
-            name
-            for name, value in (
-                ("input_tokens", response.input_tokens),
-                ("output_tokens", response.output_tokens),
-            )
-            if value is None
-        ]
-        # Identifiers only: never the prompt or the answer.
-        log.warning(
-            "provider.usage_unknown",
-            provider=provider,
-            model=alias,
-            provider_model=response.model,
-            missing=",".join(missing),
-            calls=unwritten + 1,
-        )
 
 
 class Attending:

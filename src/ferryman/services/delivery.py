@@ -9,14 +9,9 @@ delivered again, and the next delivery finds the truth in the job record.
 from __future__ import annotations
 
 import asyncio
-import enum
-import functools
-import json
-import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import orjson
 import structlog
 
 from ferryman.core.errors import (
@@ -35,36 +30,26 @@ from ferryman.core.job import (
     JobError,
     JobStatus,
 )
-from ferryman.core.models import usd
-from ferryman.core.results import result_key
-from ferryman.observability import metrics
-from ferryman.observability.logging import enabled as log_enabled
 from ferryman.services.attempt import RunningAttempt
 from ferryman.services.claims import ClaimBatcher
 from ferryman.services.failures import judge_failure
 from ferryman.services.ledger import ClaimRequest, ClaimResult
 from ferryman.services.pauses import PAUSED_PROVIDER_RECHECK_SECONDS, ProviderPauses
 from ferryman.services.probes import ProviderProbes
+from ferryman.services.result_records import result_record
+from ferryman.services.verdicts import Skip, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
-    from prometheus_client import Counter, Histogram
-
     from ferryman.core.changes import Change
-    from ferryman.core.clock import Clock
     from ferryman.core.lease import LeasePolicy
     from ferryman.core.retry import RetryPolicy
-    from ferryman.failpoints import Failpoints
-    from ferryman.ports.control import ControlStore
-    from ferryman.ports.queue import Delivery, JobQueue, Received
+    from ferryman.ports.queue import Delivery, Received
     from ferryman.ports.results import StagedResult
     from ferryman.services.attempt import AttemptRunner, CallResult
-    from ferryman.services.catalog import ModelCatalog
-    from ferryman.services.ledger import JobLedger
     from ferryman.services.probes import ProbeSchedule
-    from ferryman.services.results import ResultWriter
-    from ferryman.tasks import TaskRegistry
+    from ferryman.services.worker_parts import WorkerParts
 
 log = structlog.get_logger("ferryman.worker")
 
@@ -73,42 +58,12 @@ T = TypeVar("T")
 PERSIST_RETRY_DELAYS_SECONDS = (0.1, 0.5, 2.0)
 
 
-class Verdict(enum.StrEnum):
-    """What became of a delivery (for tests and metrics)."""
-
-    SUCCEEDED = "succeeded"
-    RETRY_SCHEDULED = "retry_scheduled"
-    FAILED = "failed"
-    DEAD_LETTERED = "dead_lettered"
-    CANCELLED = "cancelled"
-    LEASE_LOST = "lease_lost"
-    RELEASED = "released"
-    DUPLICATE = "duplicate"
-    DEFERRED = "deferred"
-
-
 _VERDICTS = {
     JobStatus.SUCCEEDED: Verdict.SUCCEEDED,
     JobStatus.RETRY_SCHEDULED: Verdict.RETRY_SCHEDULED,
     JobStatus.FAILED: Verdict.FAILED,
     JobStatus.CANCELLED: Verdict.CANCELLED,
 }
-
-
-# The attempt's outcome for each way a claimed delivery ends (the attempt.ended line).
-_ATTEMPT_OUTCOMES = {
-    Verdict.SUCCEEDED: AttemptOutcome.SUCCEEDED,
-    Verdict.RETRY_SCHEDULED: AttemptOutcome.RETRY,
-    Verdict.FAILED: AttemptOutcome.FAILED,
-    Verdict.CANCELLED: AttemptOutcome.CANCELLED,
-    Verdict.LEASE_LOST: AttemptOutcome.LEASE_LOST,
-    Verdict.RELEASED: AttemptOutcome.ABANDONED,
-    # Given back to wait for its paused provider (a claimed delivery defers only so).
-    Verdict.DEFERRED: AttemptOutcome.RETRY,
-}
-
-# The attempt's outcome when its write left the job terminal (otherwise CANCELLED).
-_OUTCOMES = {JobStatus.SUCCEEDED: AttemptOutcome.SUCCEEDED, JobStatus.FAILED: AttemptOutcome.FAILED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,48 +80,49 @@ class DeliverySettings:
 
 class DeliveryHandler:
     def __init__(
-        self,
-        *,
-        store: JobLedger,
-        queue: JobQueue,
-        results: ResultWriter,
-        runner: AttemptRunner,
-        clock: Clock,
-        settings: DeliverySettings,
-        failpoints: Failpoints,
-        catalog: ModelCatalog,
-        control: ControlStore,
-        tasks: TaskRegistry,
+        self, parts: WorkerParts, *, runner: AttemptRunner, settings: DeliverySettings
     ) -> None:
-        self._catalog = catalog
-        self._tasks = tasks
-        self._control = control
-        self._pauses = ProviderPauses(control)
+        self._catalog = parts.catalog
+        self._tasks = parts.tasks
+        self._pauses = ProviderPauses(parts.control)
         self._probes = ProviderProbes(
-            catalog=catalog,
-            control=control,
-            clock=clock,
+            catalog=parts.catalog,
+            control=parts.control,
+            clock=parts.clock,
             pauses=self._pauses,
             actor=f"worker:{settings.worker_id}",
             schedule=settings.probe_schedule,
         )
-        self._store = store
+        self._store = store = parts.store
         self._claims = ClaimBatcher(store)
-        self._queue = queue
-        self._results = results
+        self._queue = parts.queue
+        self._results = parts.results
         self._runner = runner
-        self._clock = clock
+        self._clock = parts.clock
         self._settings = settings
-        self._failpoints = failpoints
+        self._observers = parts.observers
 
     async def handle(self, delivery: Delivery, read: Mapping[str, Job] | None = None) -> Verdict:
         """``read``: the jobs of this delivery's receive batch, read together by the
         worker (a job absent from it does not exist); None reads this one alone."""
-        self._failpoints.hit("after_receive")
+        return await self._observed(delivery, self._handle(delivery, read))
+
+    async def _observed(self, delivery: Delivery, handling: Awaitable[Verdict]) -> Verdict:
+        """The delivery from start to end, as its observers see it."""
+        self._observers.delivery_started(delivery)
+        verdict = Verdict.DEFERRED  # what a delivery that raised comes to (Worker._guarded)
+        try:
+            verdict = await handling
+        finally:
+            self._observers.delivery_ended(delivery, verdict)
+        return verdict
+
+    async def _handle(self, delivery: Delivery, read: Mapping[str, Job] | None) -> Verdict:
+        self._observers.reached("after_receive")
         message = delivery.message
         if message.payload_version not in SUPPORTED_PAYLOAD_VERSIONS:
             # Rollback safety: leave it for a worker that knows this layout.
-            metrics.UNKNOWN_PAYLOADS.inc()
+            self._observers.delivery_skipped(delivery, None, Skip.UNKNOWN_PAYLOAD)
             await self._hide(delivery, self._settings.lease.visibility_timeout_seconds)
             return Verdict.DEFERRED
         if read is None:
@@ -230,13 +186,16 @@ class DeliveryHandler:
     async def handle_received(self, received: Received) -> Verdict:
         """A delivery from a receive that may have claimed its job already (``decide_claim``);
         one it wrote no claim for is handled as ``handle`` would, with its job as read."""
+        return await self._observed(received.delivery, self._handle_received(received))
+
+    async def _handle_received(self, received: Received) -> Verdict:
         if not received.read:
-            return await self.handle(received.delivery, None)
+            return await self._handle(received.delivery, None)
         claim = received.claim
         if claim is None:
             job = received.job
-            return await self.handle(received.delivery, {} if job is None else {job.job_id: job})
-        self._failpoints.hit("after_receive")
+            return await self._handle(received.delivery, {} if job is None else {job.job_id: job})
+        self._observers.reached("after_receive")
         return await self._claimed(
             received.delivery, claim.before or claim.after, self._store.claimed(claim)
         )
@@ -274,30 +233,21 @@ class DeliveryHandler:
 
     async def _claimed(self, delivery: Delivery, job: Job, claim: ClaimResult) -> Verdict:
         """Run the attempt the claim opened (or end the delivery the claim refused)."""
-        if claim.abandoned_attempt_id is not None:
-            _attempts_ended(AttemptOutcome.ABANDONED).inc()
         if claim.dead_lettered:
-            return await self._dead_lettered(delivery, claim.job)
+            # The claim found a crash loop: the job is FAILED (dead_lettered), not invoked.
+            await self._ack(delivery)
+            return Verdict.DEAD_LETTERED
         if not claim.claimed:
             return await self._not_claimed(delivery, claim.job)
-        self._failpoints.hit("after_claim")
+        self._observers.reached("after_claim")
         attempt = RunningAttempt(job=claim.job, delivery=delivery)
-        fence = claim.job.fence
-        # Nothing bound is kept for the length of the call: a worker holds thousands.
-        if log_enabled(logging.DEBUG):  # a line per attempt: nothing built when filtered
-            log.debug("attempt.started", **_log_fields(job, fence))
+        self._observers.attempt_started(attempt)
         async with self._runner.attending(attempt):
             result = await self._runner.call(attempt)
-            self._failpoints.hit("after_invoke")
+            self._observers.reached("after_invoke")
             ref = await self._store_result(attempt, result)
         verdict = await self._conclude(attempt, result, ref)
-        if log_enabled(logging.INFO):
-            log.info(
-                "attempt.ended",
-                **_log_fields(attempt.job, fence),
-                verdict=str(verdict),
-                **result.ended_log_fields(_ATTEMPT_OUTCOMES.get(verdict)),
-            )
+        self._observers.attempt_ended(attempt, result, verdict)
         return verdict
 
     async def _store_result(self, attempt: RunningAttempt, result: CallResult) -> str | None:
@@ -306,7 +256,7 @@ class DeliveryHandler:
         None when the job was lost (or given back) before the write went through."""
         if result.output is None or result.error is not None or attempt.interrupted:
             return None
-        key, data = _result_record(attempt, result)
+        key, data = result_record(attempt.job, attempt.attempt_id, result.output)
         staged = self._staged(key, data)
         if staged is not None:
             # Written by the publish itself, in its transaction (_publish): one wait fewer.
@@ -315,7 +265,7 @@ class DeliveryHandler:
             ref = await self._results.put(key, data, keep_trying=lambda: attempt.holds_lease)
         except ResultsUnavailableError:
             return None
-        self._failpoints.hit("after_result_put")
+        self._observers.reached("after_result_put")
         return ref
 
     def _staged(self, key: str, data: bytes) -> StagedResult | None:
@@ -358,7 +308,11 @@ class DeliveryHandler:
         """SUCCEEDED, or CANCELLED if a cancel was requested meanwhile (it wins)."""
         report = self._report(result, AttemptOutcome.SUCCEEDED)
         # What _store_result left for this write to keep (the same bytes, the same ref).
-        staged = self._staged(*_result_record(attempt, result)) if self._results.stages else None
+        staged = (
+            self._staged(*result_record(attempt.job, attempt.attempt_id, result.output))
+            if self._results.stages
+            else None
+        )
 
         def publish(kept: StagedResult | None) -> Awaitable[Job | None]:
             return self._store.succeed(
@@ -393,7 +347,7 @@ class DeliveryHandler:
         if after is None:
             # Not ours any more: this result stays unreferenced (the key is ours alone).
             return await self._lease_lost(attempt, result)
-        self._failpoints.hit("after_publish")
+        self._observers.reached("after_publish")
         return await self._ended(attempt, after)
 
     async def _failed(
@@ -441,12 +395,10 @@ class DeliveryHandler:
         if after is None:
             return await self._lease_lost(attempt, result)
         if after.status is JobStatus.RETRY_SCHEDULED:
-            metrics.child(metrics.RETRIES, failure_class=error.failure_class).inc()
-            _attempts_ended(AttemptOutcome.RETRY).inc()
             # The same message carries the retry: hidden until the job is due (I5).
             await self._hide(attempt.delivery, verdict.delay_seconds)
             return Verdict.RETRY_SCHEDULED
-        return await self._ended(attempt, after, error.failure_class)
+        return await self._ended(attempt, after)
 
     async def _wait_for_provider(
         self, attempt: RunningAttempt, result: CallResult, error: JobError
@@ -470,7 +422,6 @@ class DeliveryHandler:
             return await self._lease_lost(attempt, result)
         if after.status.terminal:  # a cancel requested meanwhile won
             return await self._ended(attempt, after)
-        _attempts_ended(AttemptOutcome.RETRY).inc()
         return await self._requeue(attempt.delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
 
     async def _cancelled(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
@@ -489,15 +440,9 @@ class DeliveryHandler:
             return await self._lease_lost(attempt, result)
         return await self._ended(attempt, after)
 
-    async def _ended(
-        self, attempt: RunningAttempt, after: Job, klass: FailureClass | None = None
-    ) -> Verdict:
-        """The owner's write made the job terminal: count it, then ack (I5), unless
-        the write deleted the message already."""
-        outcome = _OUTCOMES.get(after.status, AttemptOutcome.CANCELLED)
-        failure_class = klass if after.status is JobStatus.FAILED else None
-        self._count_terminal(after, after.status, failure_class)
-        _attempts_ended(outcome).inc()
+    async def _ended(self, attempt: RunningAttempt, after: Job) -> Verdict:
+        """The owner's write made the job terminal: ack (I5), unless the write deleted
+        the message already."""
         if not self._store.acks_with_outcome:
             await self._ack(attempt.delivery)
         return _VERDICTS[after.status]
@@ -516,7 +461,6 @@ class DeliveryHandler:
             now=self._clock.now(),
             report=self._report(result, AttemptOutcome.LEASE_LOST),
         )
-        _attempts_ended(AttemptOutcome.LEASE_LOST).inc()
         return Verdict.LEASE_LOST
 
     async def _release(self, attempt: RunningAttempt, result: CallResult) -> Verdict:
@@ -530,7 +474,6 @@ class DeliveryHandler:
         )
         if released is None:
             return await self._lease_lost(attempt, result)
-        _attempts_ended(AttemptOutcome.ABANDONED).inc()
         await self._hide(attempt.delivery, 0.0)
         return Verdict.RELEASED
 
@@ -545,34 +488,13 @@ class DeliveryHandler:
             job.job_id, now=self._clock.now(), error=error, kind=EventKind.FAILED, detail={}
         )
         if failed is not None:
-            self._count_terminal(job, JobStatus.FAILED, last_class)
             await self._ack(delivery)
         return Verdict.FAILED
-
-    async def _dead_lettered(self, delivery: Delivery, job: Job) -> Verdict:
-        """The claim found a crash loop: the job is FAILED (dead_lettered), not invoked."""
-        metrics.DEAD_LETTERED.inc()
-        self._count_terminal(job, JobStatus.FAILED, FailureClass.DELIVERY)
-        log.warning(
-            "job.dead_lettered",
-            job_id=job.job_id,
-            tenant_id=job.tenant_id,
-            deliveries_without_outcome=job.deliveries_without_outcome,
-        )
-        await self._ack(delivery)
-        return Verdict.DEAD_LETTERED
 
     async def _ack_duplicate(self, delivery: Delivery, job: Job | None) -> Verdict:
         """A message for a job that is gone or finished: nothing to run. Counted and
         logged, not written into the job's history, which ends with its terminal event."""
-        metrics.DUPLICATE_DELIVERIES.inc()
-        if log_enabled(logging.INFO):
-            log.info(
-                "delivery.duplicate",
-                job_id=delivery.message.job_id,
-                status=None if job is None else str(job.status),
-                receive_count=delivery.receive_count,
-            )
+        self._observers.delivery_skipped(delivery, job, Skip.DUPLICATE)
         await self._ack(delivery)
         return Verdict.DUPLICATE
 
@@ -584,16 +506,8 @@ class DeliveryHandler:
 
     @staticmethod
     def _report(result: CallResult, outcome: AttemptOutcome) -> AttemptReport:
-        """How the attempt ended, counted once in the usage metrics."""
-        report = result.report(outcome)
-        if report.provider is not None and report.model is not None:
-            input_tokens, output_tokens, cost = _usage_series(
-                report.provider, report.model, outcome
-            )
-            input_tokens.inc(report.input_tokens or 0)
-            output_tokens.inc(report.output_tokens or 0)
-            cost.inc(usd(report.cost_nano_usd or 0))
-        return report
+        """How the attempt ended (observers count it from the change that writes it)."""
+        return result.report(outcome)
 
     async def _persistently(self, write: Callable[[], Awaitable[T]]) -> T:
         """Make an attempt's outcome durable, riding out a briefly unavailable store.
@@ -611,101 +525,8 @@ class DeliveryHandler:
         return await write()
 
     async def _ack(self, delivery: Delivery) -> None:
-        self._failpoints.hit("before_ack")
+        self._observers.reached("before_ack")
         await self._queue.delete(delivery.receipt)
 
     async def _hide(self, delivery: Delivery, seconds: float) -> None:
         await self._queue.change_visibility(delivery.receipt, timeout_seconds=max(0.0, seconds))
-
-    def _count_terminal(self, job: Job, status: JobStatus, klass: FailureClass | None) -> None:
-        outcomes, latency = _terminal_series(
-            job.task, metrics.tenant_label(job.tenant_id), status, klass or ""
-        )
-        outcomes.inc()
-        latency.observe(max(0.0, self._clock.now() - job.created_at))
-
-
-# The metric series of each set of label values, looked up once per set rather than a
-# label lookup per series per attempt. The values are bounded sets (outcomes, statuses,
-# failure classes, task, model and provider names; tenants only where per-tenant
-# series are on), as the metrics' own children are.
-
-
-@functools.cache
-def _attempts_ended(outcome: str) -> Counter:
-    return metrics.child(metrics.ATTEMPTS_ENDED, outcome=outcome)
-
-
-@functools.cache
-def _usage_series(provider: str, model: str, outcome: str) -> tuple[Counter, Counter, Counter]:
-    """An attempt's input tokens, output tokens and cost."""
-    labels = {"provider": provider, "model": model, "outcome": outcome}
-    return (
-        metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="input"),
-        metrics.child(metrics.ATTEMPT_TOKENS, **labels, direction="output"),
-        metrics.child(metrics.PROVIDER_COST, **labels),
-    )
-
-
-@functools.cache
-def _terminal_series(
-    task: str, tenant: str, status: str, failure_class: str
-) -> tuple[Counter, Histogram]:
-    """A job's terminal status, and its time from acceptance."""
-    return (
-        metrics.child(
-            metrics.JOB_OUTCOMES,
-            task=task,
-            tenant=tenant,
-            status=status,
-            failure_class=failure_class,
-        ),
-        metrics.child(metrics.END_TO_END_LATENCY, task=task),
-    )
-
-
-# orjson refuses what json encodes differently: dataclasses, datetimes and subclasses of
-# str, int, dict and list go to the stdlib's encoder, as before.
-_ORJSON_AS_STDLIB = (
-    orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-
-
-def _result_json(output: dict[str, Any]) -> bytes:
-    """An output as it is stored: compact JSON in UTF-8, non-ASCII as itself.
-
-    orjson writes it (a fraction of the stdlib's cost) wherever it writes the same
-    JSON: the same text for every string, the same values (a float may be written in
-    another form of the same number, 1e-7 for 1e-07). What orjson refuses (an integer
-    past 64 bits, a lone surrogate, a key that is not a string) or may have turned into
-    null (a float that is not finite) is encoded by the stdlib as before, so it fails,
-    or is written, exactly as it was.
-    """
-    try:
-        data = orjson.dumps(output, option=_ORJSON_AS_STDLIB)
-    except orjson.JSONEncodeError:
-        pass
-    else:
-        if b"null" not in data:
-            return data
-    return json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _log_fields(job: Job, fence: int) -> dict[str, Any]:
-    return {
-        "job_id": job.job_id,
-        "tenant_id": job.tenant_id,
-        "correlation_id": job.correlation_id,
-        "attempt": fence,
-    }
-
-
-def _result_record(attempt: RunningAttempt, result: CallResult) -> tuple[str, bytes]:
-    """The key and bytes an attempt's output is kept under. Attempt-specific, so a late
-    attempt can never overwrite the published result."""
-    job = attempt.job
-    if result.output is None:
-        raise ValueError("an attempt without an output has no result to keep")
-    return result_key(job.tenant_id, job.job_id, attempt.attempt_id), _result_json(result.output)

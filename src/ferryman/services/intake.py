@@ -321,7 +321,7 @@ class Intake:
                 metrics.child(metrics.IDEMPOTENT_REPLAYS, tenant=tenant).inc()
                 final.append(Submission(job=accepted.job, replayed=True))
             else:
-                metrics.child(metrics.JOBS_ACCEPTED, task=accepted.job.task, tenant=tenant).inc()
+                # Counted (ferryman_jobs_accepted_total) by the ledger's observers.
                 self._usage.accepted(tenant_id)
                 job = accepted.job
                 if job.dispatch_state is DispatchState.PENDING:
@@ -356,9 +356,7 @@ class Intake:
             tenant = metrics.tenant_label(tenant_id)
             metrics.child(metrics.IDEMPOTENT_REPLAYS, tenant=tenant).inc()
             return Submission(job=accepted.job, replayed=True)
-        # metrics.child: labels() sorts, checks and locks on every call (a few us a submit).
-        tenant = metrics.tenant_label(tenant_id)
-        metrics.child(metrics.JOBS_ACCEPTED, task=job.task, tenant=tenant).inc()
+        # Counted (ferryman_jobs_accepted_total) by the ledger's observers.
         self._usage.accepted(tenant_id)
         stored = accepted.job
         if stored.dispatch_state is DispatchState.PENDING:

@@ -24,6 +24,7 @@ from ferryman.core.errors import (
     StateConflictError,
 )
 from ferryman.ports.store import AcksWithOutcome, AppliesMany, PublishesWithResult
+from ferryman.services.observers import Observers
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -78,8 +79,10 @@ class LeaseStatus:
 
 
 class JobLedger:
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, *, observers: Observers | None = None) -> None:
         self._store = store
+        # Every change applied here is passed to them (services/observers.py).
+        self._observers = observers if observers is not None else Observers()
         # Where the engine can, an attempt's terminal write deletes its message too.
         self._acking: AcksWithOutcome | None = (
             store if isinstance(store, AcksWithOutcome) and store.acks_with_outcome else None
@@ -94,6 +97,10 @@ class JobLedger:
     @property
     def store(self) -> JobStore:
         return self._store
+
+    @property
+    def observers(self) -> Observers:
+        return self._observers
 
     @property
     def enqueues_with_job(self) -> bool:
@@ -139,6 +146,7 @@ class JobLedger:
             if change is None:
                 return job, None
             if await self._apply(change, ack, result):
+                self._observers.changed(change)
                 return change.after, change
             job = None  # it moved under us: read it again
         raise StateConflictError(f"job {job_id} kept changing; gave up after {MAX_CONFLICTS}")
@@ -180,7 +188,10 @@ class JobLedger:
         self, job: Job, *, idempotency_expires_at: float | None, now: float
     ) -> Accepted:
         change = changes.accept(job, now=now, dispatched=self._store.enqueues_with_job)
-        return await self._store.create(change, idempotency_expires_at=idempotency_expires_at)
+        accepted = await self._store.create(change, idempotency_expires_at=idempotency_expires_at)
+        if accepted.created:
+            self._observers.changed(change)
+        return accepted
 
     async def create_many(
         self, jobs: Sequence[Job], *, idempotency_expires_at: float | None, now: float
@@ -188,7 +199,13 @@ class JobLedger:
         """New jobs in one transaction (JobStore.create_many), their outcomes in order."""
         dispatched = self._store.enqueues_with_job
         batch = [changes.accept(job, now=now, dispatched=dispatched) for job in jobs]
-        return await self._store.create_many(batch, idempotency_expires_at=idempotency_expires_at)
+        outcomes = await self._store.create_many(
+            batch, idempotency_expires_at=idempotency_expires_at
+        )
+        for change, outcome in zip(batch, outcomes, strict=True):
+            if not isinstance(outcome, Exception) and outcome.created:
+                self._observers.changed(change)
+        return outcomes
 
     async def mark_dispatched(self, job_id: str, *, now: float, redispatch: bool = False) -> None:
         """Its message was (re)sent now. A job gone or finished meanwhile needs nothing."""
@@ -244,9 +261,10 @@ class JobLedger:
         under the same revision check (ports/queue.py's ClaimsOnReceive)."""
         return _requested_rule(request)(job)
 
-    @staticmethod
-    def claimed(change: Change) -> ClaimResult:
-        """What ``claim`` returns for a claim change that was written."""
+    def claimed(self, change: Change) -> ClaimResult:
+        """What ``claim`` returns for a claim change that was written (by the engine's
+        receive itself: ports/queue.py's ClaimsOnReceive); its observers see it here."""
+        self._observers.changed(change)
         return _claim_result(change.after, change)
 
     async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult | Exception]:
@@ -270,6 +288,7 @@ class JobLedger:
             if isinstance(written, Exception):
                 results.append(written)
             elif written:
+                self._observers.changed(change)
                 results.append(_claim_result(change.after, change))
             else:  # it moved under us: read it again and decide again, alone
                 try:

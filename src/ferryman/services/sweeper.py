@@ -156,18 +156,9 @@ class Sweeper:
             kind=EventKind.DEAD_LETTERED,
             detail={"receive_count": letter.receive_count},
         )
-        if failed is None:
-            # A live attempt owns the job; if it dies, the stalled scan re-sends.
-            return False
-        metrics.DEAD_LETTERED.inc()
-        metrics.JOB_OUTCOMES.labels(
-            task=job.task,
-            tenant=metrics.tenant_label(job.tenant_id),
-            status="FAILED",
-            failure_class="DELIVERY",
-        ).inc()
-        log.warning("job.dead_lettered", job_id=job.job_id, tenant_id=job.tenant_id)
-        return True
+        # None: a live attempt owns the job; if it dies, the stalled scan re-sends. A
+        # failed job is counted and logged by the ledger's observers, as every completion.
+        return failed is not None
 
     async def _redispatch_stalled(self) -> int:
         now = self._clock.now()

@@ -28,129 +28,62 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ferryman.observability import metrics
 from ferryman.observability.logging import describe_exception
 from ferryman.ports.control import Switch
 from ferryman.ports.queue import ClaimsOnReceive, TenantBudget
-from ferryman.services.attempt import AttemptRunner, AttemptTimeouts
-from ferryman.services.delivery import DeliveryHandler, DeliverySettings, Verdict
+from ferryman.services.attempt import AttemptRunner
+from ferryman.services.delivery import DeliveryHandler, DeliverySettings
 from ferryman.services.limiter import Limiters
+from ferryman.services.verdicts import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
-    from ferryman.core.clock import Clock
     from ferryman.core.job import Job
-    from ferryman.core.lease import LeasePolicy
-    from ferryman.core.retry import RetryPolicy
-    from ferryman.failpoints import Failpoints
-    from ferryman.ports.control import ControlStore
     from ferryman.ports.limits import SharedLimits
-    from ferryman.ports.queue import Delivery, JobQueue, Received
-    from ferryman.services.catalog import ModelCatalog
-    from ferryman.services.ledger import JobLedger
+    from ferryman.ports.queue import Delivery, Received
+    from ferryman.services.attempt import AttemptTimeouts
     from ferryman.services.limiter import CallBudget
-    from ferryman.services.probes import ProbeSchedule
-    from ferryman.services.results import ResultWriter
-    from ferryman.tasks import TaskRegistry
+    from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 
 log = structlog.get_logger("ferryman.worker")
 
 MAX_RECEIVE_BATCH = 64
-# As FERRYMAN_RECEIVE_LINGER_SECONDS's default (config.py; a test holds them equal).
-DEFAULT_RECEIVE_LINGER_SECONDS = 0.005
 PAUSE_CHECK_SECONDS = 1.0
 IDLE_BACKOFF_SECONDS = 0.5
 
 
 class Worker:
+    """The receive loop over a delivery handler and its attempt runner (``compose_worker``)."""
+
     def __init__(
         self,
+        parts: WorkerParts,
+        settings: WorkerSettings,
         *,
-        store: JobLedger,
-        queue: JobQueue,
-        results: ResultWriter,
-        catalog: ModelCatalog,
-        tasks: TaskRegistry,
-        control: ControlStore,
-        clock: Clock,
-        lease: LeasePolicy,
-        retry: RetryPolicy,
-        concurrency: int,
-        provider_timeout_seconds: float,
-        worker_id: str,
-        failpoints: Failpoints,
-        shutdown_grace_seconds: float = 30.0,
-        receive_wait_seconds: float = 1.0,
-        receive_linger_seconds: float = DEFAULT_RECEIVE_LINGER_SECONDS,
-        attempt_timeout_seconds: float | None = None,
-        max_receives: int = 10,
-        tenant_max_share: float = 0.5,
-        cancel_check_seconds: float = 0.5,
-        budgets: Mapping[str, CallBudget] | None = None,
-        shared_limits: SharedLimits | None = None,
-        provider_timeouts: Mapping[str, float] | None = None,
-        probe_schedule: ProbeSchedule | None = None,
+        runner: AttemptRunner,
+        handler: DeliveryHandler,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if not 0 < tenant_max_share <= 1:
-            raise ValueError("tenant_max_share must be within (0, 1]")
-        if receive_linger_seconds < 0:
-            raise ValueError("receive_linger_seconds must be at least 0")
-        self.worker_id = worker_id
-        self._store = store
-        self._queue = queue
-        self._results = results
-        self._control = control
-        self._lease = lease
-        self._concurrency = concurrency
-        self._grace_seconds = shutdown_grace_seconds
-        self._wait_seconds = receive_wait_seconds
-        self._linger_seconds = receive_linger_seconds
-        self._cancel_check_seconds = cancel_check_seconds
+        self.worker_id = settings.worker_id
+        self._store = parts.store
+        self._queue = queue = parts.queue
+        self._results = parts.results
+        self._control = parts.control
+        self._lease = settings.lease
+        self._concurrency = concurrency = settings.concurrency
+        self._grace_seconds = settings.shutdown_grace_seconds
+        self._wait_seconds = settings.receive_wait_seconds
+        self._linger_seconds = settings.receive_linger_seconds
+        self._cancel_check_seconds = settings.cancel_check_seconds
         # Deliveries in flight per tenant, live: the receive reads it at every look.
         self._tenant_in_flight: collections.Counter[str] = collections.Counter()
         self._budget = TenantBudget(
-            max_per_tenant=max(1, math.floor(concurrency * tenant_max_share)),
+            max_per_tenant=max(1, math.floor(concurrency * settings.tenant_max_share)),
             in_flight=self._tenant_in_flight,
             freed=asyncio.Event(),
         )
-        self._runner = AttemptRunner(
-            store=store,
-            queue=queue,
-            catalog=catalog,
-            tasks=tasks,
-            clock=clock,
-            lease=lease,
-            timeouts=AttemptTimeouts(
-                provider_timeout_seconds=provider_timeout_seconds,
-                attempt_timeout_seconds=attempt_timeout_seconds
-                or max([provider_timeout_seconds, *(provider_timeouts or {}).values()]) * 1.5,
-                per_provider=dict(provider_timeouts or {}),
-            ),
-            limiters=Limiters(
-                budgets or {}, max_concurrency=concurrency, shared=shared_limits, member=worker_id
-            ),
-        )
-        self._handler = DeliveryHandler(
-            store=store,
-            queue=queue,
-            results=results,
-            runner=self._runner,
-            clock=clock,
-            settings=DeliverySettings(
-                lease=lease,
-                retry=retry,
-                worker_id=worker_id,
-                max_receives=max_receives,
-                probe_schedule=probe_schedule,
-            ),
-            failpoints=failpoints,
-            catalog=catalog,
-            control=control,
-            tasks=tasks,
-        )
+        self._runner = runner
+        self._handler = handler
         # Where the engine can, a receive claims its jobs in its own transaction.
         self._claiming: ClaimsOnReceive | None = (
             queue if isinstance(queue, ClaimsOnReceive) and queue.claims_on_receive else None
@@ -339,7 +272,6 @@ class Worker:
         task = asyncio.create_task(self._guarded(delivery, work))
         # The tenant rides with the task in _running rather than in a closure per call.
         self._running[task] = tenant
-        metrics.IN_FLIGHT.inc()
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[Verdict]) -> None:
@@ -350,7 +282,6 @@ class Worker:
         self._tenant_in_flight[tenant] -= 1
         if self._tenant_in_flight[tenant] <= 0:
             del self._tenant_in_flight[tenant]
-        metrics.IN_FLIGHT.dec()
         self._slot_freed.set()
 
     async def _guarded(
@@ -412,3 +343,35 @@ async def _wait_any(events: tuple[asyncio.Event | None, ...], seconds: float) ->
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+def compose_worker(
+    parts: WorkerParts,
+    settings: WorkerSettings,
+    *,
+    timeouts: AttemptTimeouts,
+    budgets: Mapping[str, CallBudget] | None = None,
+    shared_limits: SharedLimits | None = None,
+) -> Worker:
+    """A worker made of its three parts: the attempt runner (calls under the providers'
+    budgets, shared with other processes through ``shared_limits`` where the engine
+    can), the delivery handler over it, and the receive loop over both."""
+    limiters = Limiters(
+        budgets or {},
+        max_concurrency=settings.concurrency,
+        shared=shared_limits,
+        member=settings.worker_id,
+    )
+    runner = AttemptRunner(parts, lease=settings.lease, timeouts=timeouts, limiters=limiters)
+    handler = DeliveryHandler(
+        parts,
+        runner=runner,
+        settings=DeliverySettings(
+            lease=settings.lease,
+            retry=settings.retry,
+            worker_id=settings.worker_id,
+            max_receives=settings.max_receives,
+            probe_schedule=settings.probe_schedule,
+        ),
+    )
+    return Worker(parts, settings, runner=runner, handler=handler)

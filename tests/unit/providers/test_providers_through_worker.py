@@ -18,8 +18,8 @@ from ferryman.core.errors import FailureClass
 from ferryman.core.job import AttemptOutcome, JobStatus
 from ferryman.providers.bedrock import BedrockProvider
 from ferryman.services.catalog import ModelCatalog
-from ferryman.services.delivery import Verdict
 from ferryman.services.intake import Intake, SubmitRequest
+from ferryman.services.verdicts import Verdict
 from ferryman.tasks import builtin_tasks
 
 TICKET = json.loads(VALID_TICKET)

@@ -19,9 +19,9 @@ from ferryman.observability.logging import configure_logging, reset_logging
 from ferryman.ports.store import UsageGroup
 from ferryman.providers.bedrock import BedrockProvider
 from ferryman.services.catalog import ModelCatalog
-from ferryman.services.delivery import Verdict
 from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.limiter import CallBudget
+from ferryman.services.verdicts import Verdict
 from ferryman.tasks import builtin_tasks
 
 ALIAS = "priced"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,16 +19,21 @@ from ferryman.core.clock import FakeClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
+from ferryman.observability.job_failpoints import FailpointObserver
 from ferryman.providers.simulated import SimulatedProvider
+from ferryman.services.attempt import attempt_timeouts
 from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.jobs import JobQueries
 from ferryman.services.ledger import JobLedger
+from ferryman.services.observers import Observers
 from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
-from ferryman.services.worker import Worker
+from ferryman.services.worker import Worker, compose_worker
+from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 from ferryman.tasks import builtin_tasks
+from ferryman.wiring import process_observers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -101,7 +107,8 @@ class World:
         # or gives a whole catalog.
         providers = options.pop("providers")
         options.setdefault("catalog", ModelCatalog.serving_own_names(providers))
-        worker = Worker(**options)
+        observers = options.pop("observers", self.store.observers)
+        worker = compose_test_worker(options, observers=observers)
         self.workers.append(worker)
         return worker
 
@@ -153,13 +160,38 @@ def make_world() -> Callable[..., World]:
     ) -> World:
         clock = FakeClock()
         queue = InMemoryJobQueue(clock=clock, max_receives=max_receives)
-        store = JobLedger(InMemoryJobStore(queue=None if outbox else queue))
+        store = JobLedger(
+            InMemoryJobStore(queue=None if outbox else queue), observers=process_observers()
+        )
         provider = CountingProvider(SimulatedProvider(sleep=_no_sleep), block=block)
         return _world(
             clock, store, queue, provider, retry=retry, lease=lease, max_receives=max_receives
         )
 
     return build
+
+
+_PARTS = {f.name for f in dataclasses.fields(WorkerParts)}
+_SETTINGS = {f.name for f in dataclasses.fields(WorkerSettings)}
+_TIMEOUTS = {"attempt_timeout_seconds", "provider_timeouts"}
+
+
+def compose_test_worker(options: dict[str, Any], *, observers: Observers) -> Worker:
+    """A worker composed as wiring composes one, from options named as the settings
+    they stand for (``failpoints`` joins the ledger's observers)."""
+    options = dict(options)
+    failpoints = options.pop("failpoints", None)
+    if failpoints is not None:
+        observers = observers.with_observer(FailpointObserver(failpoints))
+    parts = WorkerParts(
+        observers=observers, **{k: options.pop(k) for k in list(options) if k in _PARTS}
+    )
+    settings = WorkerSettings(**{k: options.pop(k) for k in list(options) if k in _SETTINGS})
+    timeouts = attempt_timeouts(
+        options.pop("provider_timeout_seconds"),
+        **{k: options.pop(k) for k in list(options) if k in _TIMEOUTS},
+    )
+    return compose_worker(parts, settings, timeouts=timeouts, **options)
 
 
 def _world(
@@ -211,7 +243,7 @@ async def sqlite_world(tmp_path: Path) -> AsyncIterator[World]:
     db = await SqliteDatabase.open(tmp_path / "ferryman.db")
     try:
         queue = SqliteJobQueue(db, clock=clock, max_receives=10)
-        store = JobLedger(SqliteJobStore(db, clock=clock))
+        store = JobLedger(SqliteJobStore(db, clock=clock), observers=process_observers())
         yield _world(clock, store, queue, CountingProvider(SimulatedProvider(sleep=_no_sleep)))
     finally:
         await db.close()

@@ -8,7 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from ferryman.observability.logging import configure_logging, reset_logging
-from ferryman.services.delivery import Verdict
+from ferryman.services.verdicts import Verdict
 
 PROMPT = "the prompt that must never be logged"
 

@@ -11,7 +11,7 @@ from ferryman.core.errors import AlreadyTerminalError, FailureClass, ThrottledEr
 from ferryman.core.job import AttemptOutcome, EventKind, JobStatus
 from ferryman.core.lease import LeasePolicy
 from ferryman.providers.simulated import SimulatedProvider
-from ferryman.services.delivery import Verdict
+from ferryman.services.verdicts import Verdict
 
 # A heartbeat far beyond the test: whatever stops the call, it is not the heartbeat.
 NO_HEARTBEAT = LeasePolicy(lease_seconds=3600, visibility_timeout_seconds=3600)

@@ -13,7 +13,8 @@ import pytest
 from ferryman.core.job import EventKind, JobStatus
 from ferryman.observability import metrics
 from ferryman.ports.queue import Delivery, QueueMessage
-from ferryman.services.delivery import Verdict
+from ferryman.services.observers import JobObserver
+from ferryman.services.verdicts import Verdict
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -141,15 +142,12 @@ async def test_an_unknown_payload_is_deferred_not_claimed(sqlite_world):
     other = await world.submit("another")
     await world.queue.send(dataclasses.replace(message, job_id=other.job_id))
     verdicts = []
-    handler = worker._handler
-    original = handler.handle
 
-    async def spy(delivery, read=None):
-        verdict = await original(delivery, read)
-        verdicts.append((delivery.message.payload_version, verdict))
-        return verdict
+    class Verdicts(JobObserver):
+        def delivery_ended(self, delivery, verdict):
+            verdicts.append((delivery.message.payload_version, verdict))
 
-    handler.handle = spy
+    worker = world.worker(observers=world.store.observers.with_observer(Verdicts()))
     await worker.run_until_idle(max_rounds=2)
     assert (999, Verdict.DEFERRED) in verdicts
 

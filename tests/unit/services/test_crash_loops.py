@@ -12,7 +12,7 @@ import pytest
 from ferryman.core.errors import FailureClass
 from ferryman.core.job import AttemptOutcome, EventKind, JobStatus
 from ferryman.core.lease import LeasePolicy
-from ferryman.services.delivery import Verdict
+from ferryman.services.verdicts import Verdict
 
 
 class Crash(BaseException):

@@ -17,8 +17,8 @@ from ferryman.core.models import ModelAlias, Prices
 from ferryman.core.retry import RetryPolicy
 from ferryman.ports.provider import FinishReason, ModelResponse
 from ferryman.services.catalog import ModelCatalog
-from ferryman.services.delivery import Verdict
 from ferryman.services.intake import Intake, SubmitRequest
+from ferryman.services.verdicts import Verdict
 from ferryman.tasks import builtin_tasks
 
 

@@ -25,10 +25,10 @@ from ferryman.observability.logging import configure_logging, reset_logging
 from ferryman.ports.control import AuditAction
 from ferryman.ports.provider import ModelResponse
 from ferryman.services.catalog import ModelCatalog
-from ferryman.services.delivery import Verdict
 from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.pauses import PAUSED_PROVIDER_RECHECK_SECONDS
 from ferryman.services.probes import KeyCheck, ProbeSchedule
+from ferryman.services.verdicts import Verdict
 from ferryman.tasks import builtin_tasks
 
 NAME = "gateway"

@@ -20,7 +20,7 @@ import pytest
 from ferryman.config import Settings
 from ferryman.core.job import JobStatus
 from ferryman.ports.queue import QueueMessage
-from ferryman.services.worker import Worker
+from ferryman.services.worker_parts import WorkerSettings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -239,5 +239,5 @@ async def test_a_slot_freed_by_a_tenant_at_its_share_ends_the_linger(make_world,
 
 
 def test_a_worker_lingers_as_the_setting_does_by_default():
-    default = inspect.signature(Worker).parameters["receive_linger_seconds"].default
+    default = inspect.signature(WorkerSettings).parameters["receive_linger_seconds"].default
     assert default == Settings.model_fields["receive_linger_seconds"].default

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ferryman.services.delivery import _result_json
+from ferryman.services.result_records import result_json as _result_json
 
 
 def stdlib(output: Any) -> bytes:

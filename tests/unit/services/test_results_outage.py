@@ -10,8 +10,8 @@ import asyncio
 
 from ferryman.core.errors import ResultsUnavailableError
 from ferryman.core.job import AttemptOutcome, JobStatus
-from ferryman.services.delivery import Verdict
 from ferryman.services.results import ResultWriter
+from ferryman.services.verdicts import Verdict
 
 
 class BrokenResults:

@@ -15,7 +15,7 @@ from ferryman.core.retry import RetryPolicy
 from ferryman.observability import metrics
 from ferryman.ports.control import Switch
 from ferryman.ports.queue import QueueMessage
-from ferryman.services.delivery import Verdict
+from ferryman.services.verdicts import Verdict
 
 
 async def _receive_one(world):
