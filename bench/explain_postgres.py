@@ -32,8 +32,9 @@ from typing import Any
 
 import psycopg
 
-from ferryman.adapters.postgres import PostgresDatabase
 from ferryman.adapters.postgres.sql import JOBS, QUEUE
+from ferryman.core.clock import SystemClock
+from ferryman.engines import EngineOptions, open_engine
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANTS = 100
@@ -332,7 +333,10 @@ def run(server: str, jobs: int, keep: bool) -> int:
 
 
 async def _migrate(url: str) -> None:
-    await (await PostgresDatabase.open(url, listen=False)).close()
+    """Opening the engine makes its schema; nothing else is needed of it."""
+    options = EngineOptions(postgres_listen=False)
+    async with open_engine(url, clock=SystemClock(), options=options):
+        pass
 
 
 def _report(url: str, jobs: int) -> list[str]:

@@ -1,8 +1,8 @@
 """Shared pieces of the benchmark scripts: a fresh SQLite stack, waiting, timings, output.
 
-Everything is built the way ``ferryman serve`` builds it (SqliteDatabase with WAL and
-the chosen synchronous mode, the job store, the queue table, file or inline
-results), but over a throwaway file in a temporary directory.
+Everything is opened the way ``ferryman serve`` opens it (the SQLite engine through
+``open_engine`` with the chosen synchronous mode, file or inline results through
+``open_result_store``), but over a throwaway file in a temporary directory.
 """
 
 from __future__ import annotations
@@ -14,20 +14,14 @@ import sqlite3
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from ferryman.adapters.files import FileResultStore
-from ferryman.adapters.sqlite import (
-    SqliteControlStore,
-    SqliteDatabase,
-    SqliteJobQueue,
-    SqliteJobStore,
-    SqliteResultStore,
-)
 from ferryman.core.clock import SystemClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
+from ferryman.engines import EngineOptions, open_engine
 from ferryman.observability.logging import configure_logging
+from ferryman.result_stores import open_result_store
 from ferryman.services.attempt import attempt_timeouts
 from ferryman.services.catalog import ModelCatalog
 from ferryman.services.intake import Intake, SubmitRequest
@@ -42,7 +36,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
     from pathlib import Path
 
+    from ferryman.adapters.sqlite import SqliteDatabase
+    from ferryman.ports.control import ControlStore
+    from ferryman.ports.keys import ApiKeyStore
     from ferryman.ports.provider import ModelProvider
+    from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
     from ferryman.services.limiter import CallBudget
     from ferryman.tasks import TaskRegistry
@@ -53,13 +51,15 @@ RETENTION_SECONDS = 86_400.0
 
 @dataclass(slots=True)
 class Stack:
-    """One open database and the adapters over it, as one ferryman process holds them."""
+    """One open engine and its ports, as one ferryman process holds them."""
 
+    # The engine's database handle (Engine.database), for benchmarks that look underneath.
     db: SqliteDatabase
     store: JobLedger
-    queue: SqliteJobQueue
+    queue: JobQueue
     results: ResultStore
-    control: SqliteControlStore
+    control: ControlStore
+    keys: ApiKeyStore
     clock: SystemClock = field(default_factory=SystemClock)
     tasks: TaskRegistry = field(default_factory=builtin_tasks)
 
@@ -111,22 +111,22 @@ async def open_stack(
     path: Path, *, synchronous: str, results: str, max_batch: int = 256
 ) -> AsyncIterator[Stack]:
     """A fresh database at ``path``; results as files beside it, or inline (``db``)."""
-    db = await SqliteDatabase.open(path, synchronous=synchronous, max_batch=max_batch)
-    try:
-        store: ResultStore
-        if results == "db":
-            store = SqliteResultStore(db)
-        else:
-            store = FileResultStore(path.with_name(path.stem + "-results"))
+    clock = SystemClock()
+    options = EngineOptions(sqlite_synchronous=synchronous, sqlite_max_batch=max_batch)
+    results_url = "db" if results == "db" else f"file://{path.with_name(path.stem + '-results')}"
+    async with (
+        open_engine(f"sqlite:///{path}", clock=clock, options=options) as engine,
+        open_result_store(results_url, engine) as opened_results,
+    ):
         yield Stack(
-            db=db,
-            store=JobLedger(SqliteJobStore(db), observers=process_observers()),
-            queue=SqliteJobQueue(db, clock=SystemClock()),
-            results=store,
-            control=SqliteControlStore(db),
+            db=cast("SqliteDatabase", engine.database),
+            store=JobLedger(engine.store, observers=process_observers()),
+            queue=engine.queue,
+            results=opened_results.store,
+            control=engine.control,
+            keys=engine.keys,
+            clock=clock,
         )
-    finally:
-        await db.close()
 
 
 def quiet_logs() -> None:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ferryman.adapters.sqlite import SqliteApiKeyStore
 from ferryman.core.results import result_key
 from ferryman.http.app import AppDeps, create_app
 from ferryman.providers.simulated import SimulatedProvider
@@ -98,7 +97,7 @@ async def measure(args: argparse.Namespace) -> None:
         path = Path(tmp) / "bench.db"
         async with open_stack(path, synchronous="NORMAL", results="file") as stack:
             await fill(stack, path, args.jobs, args.result_kb)
-            keys = ApiKeys(SqliteApiKeyStore(stack.db), stack.clock)
+            keys = ApiKeys(stack.keys, stack.clock)
             token = await keys.create(TENANT)
             jobs = JobQueries(
                 store=stack.store,

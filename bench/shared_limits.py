@@ -16,12 +16,17 @@ import argparse
 import asyncio
 import secrets
 import time
+from typing import TYPE_CHECKING
 
 import psycopg
 
-from ferryman.adapters.postgres import PostgresDatabase, PostgresSharedLimits
+from ferryman.core.clock import SystemClock
+from ferryman.engines import EngineOptions, open_engine
 from ferryman.http.rate_lease import LeasedBudgets, batch_size
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
+
+if TYPE_CHECKING:
+    from ferryman.ports.limits import SharedLimits
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 BUDGETS = ((10.0, 20), (100.0, 200), (1000.0, 2000))
@@ -36,7 +41,7 @@ async def _per_request_us(
     return (time.perf_counter() - started) / n * 1e6
 
 
-async def _unbatched_us(shared: PostgresSharedLimits, policy: Policy, n: int) -> float:
+async def _unbatched_us(shared: SharedLimits, policy: Policy, n: int) -> float:
     started = time.perf_counter()
     for i in range(n):
         await shared.lease(
@@ -54,9 +59,11 @@ async def main(server: str, requests: int) -> None:
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        db = await PostgresDatabase.open(f"{server.rsplit('/', 1)[0]}/{name}", max_size=4)
-        shared = PostgresSharedLimits(db)
-        try:
+        url = f"{server.rsplit('/', 1)[0]}/{name}"
+        options = EngineOptions(postgres_pool_max_size=4)
+        async with open_engine(url, clock=SystemClock(), options=options) as engine:
+            shared = engine.limits
+            assert shared is not None  # PostgreSQL's limits are shared by every process
             for rate, burst in BUDGETS:
                 policy = Policy(Budget.SUBMIT, rate, burst)
                 local = await _per_request_us(
@@ -71,8 +78,6 @@ async def main(server: str, requests: int) -> None:
                     f"in-process {local:.1f} us/request, leased {leased:.1f} us/request, "
                     f"a lease per request {unbatched:.1f} us/request"
                 )
-        finally:
-            await db.close()
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -42,7 +42,6 @@ import httpx
 import uvicorn
 
 import pg_throughput
-from ferryman.adapters.sqlite import SqliteApiKeyStore
 from ferryman.providers.simulated import SimulatedProvider
 from ferryman.services.access import ApiKeys
 from ferryman.services.jobs import JobQueries
@@ -226,7 +225,7 @@ def _server(stack: Stack, parser: str) -> tuple[_QuietServer, ApiKeys]:
     from ferryman.http.connections import ConnectionLimits
 
     s = Settings()
-    api_keys = ApiKeys(keys=SqliteApiKeyStore(stack.db), clock=stack.clock)
+    api_keys = ApiKeys(keys=stack.keys, clock=stack.clock)
     deps = AppDeps(
         intake=stack.intake(),
         jobs=JobQueries(store=stack.store, results=stack.results, clock=stack.clock),

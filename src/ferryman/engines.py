@@ -2,25 +2,32 @@
 
 ``open_engine(url, ...)`` opens the engine the URL names (``sqlite:///path.db``,
 ``postgresql://...``, ``memory://``) as one ``async with``: every port it serves
-(jobs, queue, keys, control, results kept in the database) over one connection
-setup, closed together. Wiring, the contract suite, the integration tests and the
-benchmarks all open engines here, so adding an engine is one entry in ``OPENERS``.
+(jobs, queue, keys, control, results kept in the database, shared limits) over one
+connection setup, closed together. ``probe_engine(url)`` looks at its database
+without writing. Wiring, the contract suite, the integration and service tests and
+the benchmarks all open engines here (tests/unit/test_engine_registry.py holds it).
 
-No Settings here: wiring passes what an engine needs as ``EngineOptions``.
+An engine is one package under ``ferryman/adapters/`` whose ``engine.py`` exposes
+``check_url``, ``open_engine`` and ``probe_database``, plus one ``EngineEntry`` in ``ENGINES`` below
+(docs/architecture.md, "Adding an engine"). Its module is imported only when its
+URL is used, so ``memory://`` never imports a database driver.
+
+Where results go (FERRYMAN_RESULTS_URL: the engine's own, or a directory) is
+result_stores.py. No Settings here: wiring passes what an engine needs as
+``EngineOptions``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import importlib
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ferryman.core.errors import FerrymanError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
 
     from ferryman.core.clock import Clock
@@ -31,9 +38,6 @@ if TYPE_CHECKING:
     from ferryman.ports.results import ResultStore
     from ferryman.ports.store import JobStore
 
-SQLITE_SCHEME = "sqlite://"
-MEMORY_URL = "memory://"
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # Engines whose URLs are reserved but which this version does not ship.
 _PLANNED_SCHEMES = ("aws://",)
 
@@ -52,7 +56,12 @@ class InvalidUrlError(FerrymanError):
 
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
-    """What an engine needs from the configuration."""
+    """What an engine needs from the configuration; each engine reads its own fields.
+
+    Every field's default is production's (tests/unit/test_defaults_agree.py holds
+    those named like a setting to Settings). Fields marked "tests and tools" are never
+    set by wiring: they give the contract suite, the tests and the benchmarks the
+    shapes and speeds they need through the same door production uses."""
 
     max_receives: int = 10
     # Make the database if it is missing (serve, migrate); False only looks.
@@ -62,6 +71,19 @@ class EngineOptions:
     postgres_pool_max_size: int = 10
     # How long to wait for a new connection, and for a free pooled one.
     postgres_connect_timeout_seconds: float = 5.0
+    # Tests and tools: how often an idle queue looks for due messages between nudges
+    # (the adapters' own defaults).
+    sqlite_poll_interval_seconds: float = 0.05
+    postgres_poll_interval_seconds: float = 0.25
+    # Tests and tools: the most writes the SQLite writer commits together.
+    sqlite_max_batch: int = 256
+    # Tests and tools: False opens PostgreSQL without its LISTEN connection (a process
+    # that never receives from the queue).
+    postgres_listen: bool = True
+    # Tests and tools: the memory job store without its own queue, so intake takes
+    # the outbox path (the shape of an engine like DynamoDB + SQS). The contract
+    # suite's ``memory-outbox`` case.
+    memory_outbox: bool = False
 
 
 @dataclass(slots=True)
@@ -80,48 +102,10 @@ class Engine:
     # Limits every process shares (per-tenant API budgets); None when each process
     # keeps its own, as on SQLite (one `serve` process) and in memory.
     limits: SharedLimits | None = None
-
-
-def engine_name(url: str) -> str:
-    """Which engine a URL names; raises InvalidUrlError or UnsupportedBackendError."""
-    if url.startswith(SQLITE_SCHEME):
-        return "sqlite"
-    if url == MEMORY_URL:
-        return "memory"
-    if url.startswith(POSTGRES_SCHEMES):
-        return "postgresql"
-    for scheme in _PLANNED_SCHEMES:
-        if url.startswith(scheme):
-            raise UnsupportedBackendError(
-                f"FERRYMAN_DATABASE_URL={scheme}... is not available in this version; "
-                "use sqlite:///path.db or postgresql://..."
-            )
-    raise InvalidUrlError(
-        "FERRYMAN_DATABASE_URL must be sqlite:///path/to/file.db, "
-        f"postgresql://user@host/dbname or memory://, got {_shown(url)!r}"
-    )
-
-
-def sqlite_path(database_url: str) -> str:
-    """The file behind ``sqlite:///relative.db`` or ``sqlite:////absolute/path.db``."""
-    if not database_url.startswith(SQLITE_SCHEME + "/"):
-        raise InvalidUrlError(
-            f"FERRYMAN_DATABASE_URL must look like sqlite:///path/to/file.db, got {database_url!r}"
-        )
-    path = database_url.removeprefix(SQLITE_SCHEME + "/")
-    if not path:
-        raise InvalidUrlError("FERRYMAN_DATABASE_URL names no file: use sqlite:///./ferryman.db")
-    return path
-
-
-def _shown(url: str) -> str:
-    """A URL as messages may show it: never a password."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+    # For tests and tools only, never a service: the engine's own database handle
+    # (SqliteDatabase, PostgresDatabase; None in memory), to write what no port can
+    # (a message body from another version) or to look underneath one.
+    database: object | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,75 +129,116 @@ class DatabaseProbe:
         return max(0, self.latest_version - self.schema_version)
 
 
+class EngineModule(Protocol):
+    """What an engine package's ``engine.py`` exposes."""
+
+    def check_url(self, url: str) -> None:
+        """Raise InvalidUrlError unless this engine can use the URL (nothing opened)."""
+
+    def open_engine(
+        self, url: str, clock: Clock, options: EngineOptions
+    ) -> AbstractAsyncContextManager[Engine]:
+        """Open every port; close them all on exit."""
+
+    async def probe_database(self, url: str) -> DatabaseProbe:
+        """Look at the database without creating, migrating or writing anything."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEntry:
+    """One engine in the registry: the URL schemes it answers and the module that opens it."""
+
+    name: str
+    # URL prefixes it answers ("sqlite://").
+    schemes: tuple[str, ...]
+    # A URL of its shape, for the message that names every engine.
+    example: str
+    # The engine package's engine.py, imported on first use (drivers are optional).
+    module: str
+    # Processes on several machines share it, so results default to the database
+    # (a local directory would be one machine's only).
+    shared: bool = False
+
+    def engine_module(self) -> EngineModule:
+        return cast("EngineModule", importlib.import_module(self.module))
+
+    def check_url(self, url: str) -> None:
+        self.engine_module().check_url(url)
+
+    def open(
+        self, url: str, clock: Clock, options: EngineOptions
+    ) -> AbstractAsyncContextManager[Engine]:
+        return self.engine_module().open_engine(url, clock, options)
+
+    async def probe(self, url: str) -> DatabaseProbe:
+        return await self.engine_module().probe_database(url)
+
+
+ENGINES: tuple[EngineEntry, ...] = (
+    EngineEntry(
+        name="sqlite",
+        schemes=("sqlite://",),
+        example="sqlite:///path/to/file.db",
+        module="ferryman.adapters.sqlite.engine",
+    ),
+    EngineEntry(
+        name="postgresql",
+        schemes=("postgresql://", "postgres://"),
+        example="postgresql://user@host/dbname",
+        module="ferryman.adapters.postgres.engine",
+        shared=True,
+    ),
+    EngineEntry(
+        name="memory",
+        schemes=("memory://",),
+        example="memory://",
+        module="ferryman.adapters.memory.engine",
+    ),
+)
+
+
+def engine_entry(url: str) -> EngineEntry:
+    """The registry entry a URL's scheme names; raises InvalidUrlError (naming the
+    engines there are) or UnsupportedBackendError (a scheme reserved for later)."""
+    for entry in ENGINES:
+        if url.startswith(entry.schemes):
+            return entry
+    for scheme in _PLANNED_SCHEMES:
+        if url.startswith(scheme):
+            raise UnsupportedBackendError(
+                f"FERRYMAN_DATABASE_URL={scheme}... is not available in this version; "
+                "use sqlite:///path.db or postgresql://..."
+            )
+    *others, last = [entry.example for entry in ENGINES]
+    raise InvalidUrlError(
+        f"FERRYMAN_DATABASE_URL must be {', '.join(others)} or {last}, got {shown_url(url)!r}"
+    )
+
+
+def engine_name(url: str) -> str:
+    """Which engine a URL's scheme names; raises InvalidUrlError or
+    UnsupportedBackendError. The rest of the URL is the engine's to check."""
+    return engine_entry(url).name
+
+
+def check_engine_url(url: str) -> None:
+    """Raise InvalidUrlError or UnsupportedBackendError before anything is opened."""
+    engine_entry(url).check_url(url)
+
+
+def shown_url(url: str) -> str:
+    """A URL as messages may show it: never a password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+
+
 async def probe_engine(url: str) -> DatabaseProbe:
     """Look at a database without creating, migrating or writing anything."""
-    prober = PROBERS[engine_name(url)]
-    return await prober(url)
-
-
-async def _probe_sqlite(url: str) -> DatabaseProbe:
-    return await asyncio.to_thread(_probe_sqlite_file, Path(sqlite_path(url)))
-
-
-def _probe_sqlite_file(relative: Path) -> DatabaseProbe:
-    """SQLite's read-only mode still makes the -wal and -shm files when they are absent.
-    They are absent only when no process has the file open (the last one to close
-    checkpoints the WAL into the file and deletes them), so then the file is read as
-    immutable, which creates nothing and, with no writer, sees all there is."""
-    import sqlite3
-
-    from ferryman.adapters.sqlite.migrations import applied_version, latest_version
-
-    path = relative.resolve()
-    latest = latest_version()
-    if not path.is_file():
-        return DatabaseProbe(path=str(path), exists=path.exists(), latest_version=latest)
-    in_use = all(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
-    uri = f"{path.as_uri()}?mode=ro" + ("" if in_use else "&immutable=1")
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
-        try:
-            version = applied_version(conn)
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        return DatabaseProbe(
-            path=str(path), exists=True, latest_version=latest, error=f"{type(exc).__name__}: {exc}"
-        )
-    return DatabaseProbe(path=str(path), exists=True, latest_version=latest, schema_version=version)
-
-
-async def _probe_memory(url: str) -> DatabaseProbe:
-    return DatabaseProbe(path=url, exists=True, latest_version=0, schema_version=0)
-
-
-async def _probe_postgres(url: str) -> DatabaseProbe:
-    """Connect once, read the schema version and the role's rights, write nothing. A
-    server that cannot be reached, or a database that does not exist, is reported."""
-    import psycopg
-
-    from ferryman.adapters.postgres.inspection import inspect, is_missing_database
-    from ferryman.adapters.postgres.migrations import latest_version
-
-    shown, latest = _shown(url), latest_version()
-    try:
-        seen = await inspect(url)
-    except psycopg.OperationalError as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return DatabaseProbe(
-            path=shown,
-            exists=not is_missing_database(exc),
-            latest_version=latest,
-            error=f"postgresql: {reason}",
-        )
-    return DatabaseProbe(
-        path=shown,
-        exists=True,
-        latest_version=latest,
-        schema_version=seen.schema_version,
-        writable=seen.writable,
-        unwritable_reason=seen.unwritable_reason,
-    )
+    return await engine_entry(url).probe(url)
 
 
 @asynccontextmanager
@@ -221,107 +246,7 @@ async def open_engine(
     url: str, *, clock: Clock, options: EngineOptions | None = None
 ) -> AsyncIterator[Engine]:
     """Open the engine ``url`` names; close it (and every port) on exit."""
-    opener = OPENERS[engine_name(url)]
-    async with opener(url, clock, options or EngineOptions()) as engine:
+    entry = engine_entry(url)
+    entry.check_url(url)
+    async with entry.open(url, clock, options or EngineOptions()) as engine:
         yield engine
-
-
-@asynccontextmanager
-async def _open_sqlite(url: str, clock: Clock, options: EngineOptions) -> AsyncIterator[Engine]:
-    from ferryman.adapters.sqlite import (
-        SqliteApiKeyStore,
-        SqliteControlStore,
-        SqliteDatabase,
-        SqliteJobQueue,
-        SqliteJobStore,
-        SqliteResultStore,
-    )
-
-    path = sqlite_path(url)
-    db = await SqliteDatabase.open(
-        path, synchronous=options.sqlite_synchronous, create=options.create
-    )
-    location = path if path == ":memory:" else str(await asyncio.to_thread(Path(path).resolve))
-    try:
-        yield Engine(
-            name="sqlite",
-            location=location,
-            store=SqliteJobStore(db, clock=clock),
-            queue=SqliteJobQueue(db, clock=clock, max_receives=options.max_receives),
-            keys=SqliteApiKeyStore(db),
-            control=SqliteControlStore(db),
-            results=SqliteResultStore(db),
-        )
-    finally:
-        await db.close()
-
-
-@asynccontextmanager
-async def _open_memory(url: str, clock: Clock, options: EngineOptions) -> AsyncIterator[Engine]:
-    from ferryman.adapters.memory import (
-        InMemoryApiKeyStore,
-        InMemoryControlStore,
-        InMemoryJobQueue,
-        InMemoryJobStore,
-        InMemoryResultStore,
-    )
-
-    queue = InMemoryJobQueue(clock=clock, max_receives=options.max_receives)
-    yield Engine(
-        name="memory",
-        location="in this process's memory",
-        store=InMemoryJobStore(queue=queue),
-        queue=queue,
-        keys=InMemoryApiKeyStore(),
-        control=InMemoryControlStore(),
-        results=InMemoryResultStore(),
-    )
-
-
-@asynccontextmanager
-async def _open_postgres(url: str, clock: Clock, options: EngineOptions) -> AsyncIterator[Engine]:
-    from ferryman.adapters.postgres import (
-        PostgresApiKeyStore,
-        PostgresControlStore,
-        PostgresDatabase,
-        PostgresJobQueue,
-        PostgresJobStore,
-        PostgresResultStore,
-        PostgresSharedLimits,
-    )
-
-    # A missing database is created when allowed (and the role may); its schema is
-    # made or upgraded here, under an advisory lock, whichever process comes first.
-    db = await PostgresDatabase.open(
-        url,
-        min_size=options.postgres_pool_min_size,
-        max_size=options.postgres_pool_max_size,
-        connect_timeout_seconds=options.postgres_connect_timeout_seconds,
-        create=options.create,
-    )
-    try:
-        yield Engine(
-            name="postgresql",
-            location=_shown(url),
-            store=PostgresJobStore(db, clock=clock),
-            queue=PostgresJobQueue(db, clock=clock, max_receives=options.max_receives),
-            keys=PostgresApiKeyStore(db),
-            control=PostgresControlStore(db),
-            results=PostgresResultStore(db),
-            limits=PostgresSharedLimits(db),
-        )
-    finally:
-        await db.close()
-
-
-OPENERS: dict[str, Callable[[str, Clock, EngineOptions], AbstractAsyncContextManager[Engine]]] = {
-    "sqlite": _open_sqlite,
-    "memory": _open_memory,
-    "postgresql": _open_postgres,
-}
-
-PROBERS: dict[str, Callable[[str], Awaitable[DatabaseProbe]]] = {
-    "sqlite": _probe_sqlite,
-    "memory": _probe_memory,
-    "postgresql": _probe_postgres,
-}

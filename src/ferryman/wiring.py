@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferryman.adapters.files import FileResultStore
-from ferryman.config import SIM, ConfigurationError, may_be_secret, task_files
+from ferryman.config import SIM, ConfigurationError, task_files
 from ferryman.core.clock import SystemClock
 from ferryman.core.ids import new_worker_id
 from ferryman.core.models import ModelAlias, Prices
@@ -29,10 +28,10 @@ from ferryman.engines import (
     EngineOptions,
     InvalidUrlError,
     UnsupportedBackendError,
-    engine_name,
+    check_engine_url,
+    engine_entry,
     open_engine,
     probe_engine,
-    sqlite_path,
 )
 from ferryman.failpoints import Failpoints
 from ferryman.observability import metrics
@@ -41,6 +40,12 @@ from ferryman.observability.job_logs import LogObserver
 from ferryman.observability.job_metrics import MetricsObserver
 from ferryman.provider_kinds import build_provider, factory_for
 from ferryman.providers.simulated import SimulatedProvider
+from ferryman.result_stores import (
+    INLINE_RESULTS,
+    OpenResultStore,
+    open_result_store,
+    results_directory,
+)
 from ferryman.services.access import ApiKeys
 from ferryman.services.attempt import attempt_timeouts
 from ferryman.services.catalog import ModelCatalog
@@ -74,37 +79,12 @@ if TYPE_CHECKING:
     from ferryman.ports.results import ResultStore
     from ferryman.tasks import TaskRegistry
 
-FILE_SCHEME = "file://"
-INLINE_RESULTS = "db"
-# Engines that processes on several machines share: results default to the database.
-SHARED_ENGINES = frozenset({"postgresql"})
-# Result stores whose URLs are reserved but which this version does not ship.
-_PLANNED_RESULTS = ("s3://",)
-
-__all__ = ["DatabaseProbe", "InvalidUrlError", "UnsupportedBackendError"]
-
-
-def results_directory(results_url: str) -> str | None:
-    """The directory of ``file://dir``, or None for results kept in the database."""
-    for scheme in _PLANNED_RESULTS:
-        if results_url.startswith(scheme):
-            raise UnsupportedBackendError(
-                f"FERRYMAN_RESULTS_URL={scheme}... is not available in this version; "
-                "use file://directory or db"
-            )
-    if results_url == INLINE_RESULTS:
-        return None
-    if not results_url.startswith(FILE_SCHEME):
-        shown = (
-            "a value not shown (it may hold a credential)"
-            if may_be_secret(results_url)
-            else repr(results_url)
-        )
-        raise InvalidUrlError(f"FERRYMAN_RESULTS_URL must be file://directory or db, got {shown}")
-    directory = results_url.removeprefix(FILE_SCHEME)
-    if not directory:
-        raise InvalidUrlError("FERRYMAN_RESULTS_URL names no directory: use file://./results")
-    return directory
+__all__ = [
+    "DatabaseProbe",
+    "InvalidUrlError",
+    "UnsupportedBackendError",
+    "results_directory",
+]
 
 
 def results_url(settings: Settings) -> str:
@@ -113,7 +93,7 @@ def results_url(settings: Settings) -> str:
     machines share (a local directory would be one machine's only)."""
     if (
         "results_url" not in settings.model_fields_set
-        and engine_name(settings.database_url) in SHARED_ENGINES
+        and engine_entry(settings.database_url).shared
     ):
         return INLINE_RESULTS
     return settings.results_url
@@ -121,8 +101,7 @@ def results_url(settings: Settings) -> str:
 
 def check_urls(settings: Settings) -> None:
     """Raise UnsupportedBackendError or InvalidUrlError before anything is opened."""
-    if engine_name(settings.database_url) == "sqlite":
-        sqlite_path(settings.database_url)
+    check_engine_url(settings.database_url)
     results_directory(results_url(settings))
 
 
@@ -263,15 +242,6 @@ class Runtime:
         )
 
 
-def _results_store(settings: Settings, engine: Engine) -> tuple[ResultStore, str]:
-    directory = results_directory(results_url(settings))
-    if directory is None:
-        return engine.results, f"in the {engine.name} database"
-    # The store creates its directory on the first put (fsyncing each new level).
-    store = FileResultStore(directory, min_free_bytes=settings.results_min_free_bytes)
-    return store, str(Path(directory).resolve())
-
-
 def build_catalog(settings: Settings, *, providers_on_first_use: bool = False) -> ModelCatalog:
     """Every configured provider and model alias, and the simulated model as ``sim``
     (provider and alias) unless the configuration names something else so.
@@ -404,15 +374,15 @@ async def open_runtime(
     catalog = build_catalog(settings, providers_on_first_use=not call_models)
     clock = clock or SystemClock()
     try:
-        async with open_engine(
-            settings.database_url, clock=clock, options=engine_options(settings, create=create)
-        ) as engine:
-            runtime = _build(settings, engine, clock, tasks=tasks, catalog=catalog)
-            try:
-                yield runtime
-            finally:
-                if isinstance(runtime.results, FileResultStore):
-                    await asyncio.to_thread(runtime.results.close)
+        async with (
+            open_engine(
+                settings.database_url, clock=clock, options=engine_options(settings, create=create)
+            ) as engine,
+            open_result_store(
+                results_url(settings), engine, min_free_bytes=settings.results_min_free_bytes
+            ) as results,
+        ):
+            yield _build(settings, engine, results, clock, tasks=tasks, catalog=catalog)
     finally:
         await catalog.aclose()
 
@@ -426,12 +396,18 @@ def process_observers(failpoints: Failpoints | None = None) -> Observers:
 
 
 def _build(
-    settings: Settings, engine: Engine, clock: Clock, *, tasks: TaskRegistry, catalog: ModelCatalog
+    settings: Settings,
+    engine: Engine,
+    opened_results: OpenResultStore,
+    clock: Clock,
+    *,
+    tasks: TaskRegistry,
+    catalog: ModelCatalog,
 ) -> Runtime:
     metrics.configure(tenant_labels=settings.metrics_tenant_labels)
     store = JobLedger(engine.store, observers=process_observers(settings.failpoint_set()))
     queue = engine.queue
-    results, results_location = _results_store(settings, engine)
+    results, results_location = opened_results.store, opened_results.location
     keys = engine.keys
     control = engine.control
     # One per process: its view of whether results can be written is what stops this

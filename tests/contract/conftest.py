@@ -1,10 +1,15 @@
 """The engines the contract suite runs against, built lazily, one per test.
 
-Add an engine by adding an async context manager to ENGINES: it imports its
-adapters inside its body (so the memory case never waits on a server) and calls
-the ``require_service`` fixture (tests/conftest.py) when a server it needs is missing, which skips locally and
-fails under CI=true. An engine that cannot be built otherwise makes the test
-error, never skip.
+Every engine is opened through ``ferryman.engines.open_engine`` (the registry wiring
+uses), with ``OPTIONS`` for the contract's knobs; every result store through
+``ferryman.result_stores.open_result_store``. Add an engine by adding an async
+context manager to ENGINES that opens its URL and wraps it in the ``Engine`` helper
+below; one that needs a server asks for a fixture that calls ``require_service``
+(tests/conftest.py) when it is missing, which skips locally and fails under CI=true.
+An engine that cannot be opened otherwise makes the test error, never skip.
+
+``memory-outbox`` is ``memory://`` with ``EngineOptions(memory_outbox=True)``: the
+memory store without its own queue, so intake takes the outbox path.
 
 PostgreSQL runs on the server FERRYMAN_TEST_POSTGRES_URL names (default: the
 local one, user postgres): the session makes a fresh database there, migrates it
@@ -23,11 +28,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from ferryman import engines
+from ferryman.adapters.sqlite import SqliteDatabase
 from ferryman.core.clock import FakeClock
 from ferryman.core.idempotency import request_fingerprint
 from ferryman.core.ids import new_attempt_id, new_correlation_id, new_job_id
 from ferryman.core.job import Job
+from ferryman.engines import EngineOptions, open_engine
 from ferryman.ports.queue import QueueMessage
+from ferryman.result_stores import open_result_store
 from ferryman.services.ledger import JobLedger
 
 if TYPE_CHECKING:
@@ -118,28 +127,40 @@ class Engine:
         return job_ids
 
 
+# What every engine here is opened with: the production defaults but for the contract's
+# max_receives and a short queue poll (a receive that waits returns sooner).
+OPTIONS = EngineOptions(
+    max_receives=MAX_RECEIVES,
+    sqlite_poll_interval_seconds=0.05,
+    postgres_poll_interval_seconds=0.05,
+)
+
+
+def _helper(
+    name: str,
+    opened: engines.Engine,
+    clock: FakeClock,
+    *,
+    send_raw: Callable[[str], Awaitable[None]] | None = None,
+) -> Engine:
+    return Engine(
+        name=name,
+        port=opened.store,
+        queue=opened.queue,
+        results=opened.results,
+        keys=opened.keys,
+        control=opened.control,
+        clock=clock,
+        send_raw=send_raw,
+    )
+
+
 @asynccontextmanager
 async def _memory(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Engine]:
-    from ferryman.adapters.memory import (
-        InMemoryApiKeyStore,
-        InMemoryControlStore,
-        InMemoryJobQueue,
-        InMemoryJobStore,
-        InMemoryResultStore,
-    )
-
-    queue = InMemoryJobQueue(clock=clock, max_receives=MAX_RECEIVES)
-    yield Engine(
-        name="memory",
-        port=InMemoryJobStore(queue=queue),
-        queue=queue,
-        results=InMemoryResultStore(),
-        keys=InMemoryApiKeyStore(),
-        control=InMemoryControlStore(),
-        clock=clock,
-    )
+    async with open_engine("memory://", clock=clock, options=OPTIONS) as opened:
+        yield _helper("memory", opened, clock)
 
 
 @asynccontextmanager
@@ -147,65 +168,32 @@ async def _memory_outbox(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Engine]:
     """The memory store without its own queue: the shape of an engine like DynamoDB + SQS."""
-    from ferryman.adapters.memory import (
-        InMemoryApiKeyStore,
-        InMemoryControlStore,
-        InMemoryJobQueue,
-        InMemoryJobStore,
-        InMemoryResultStore,
-    )
-
-    yield Engine(
-        name="memory-outbox",
-        port=InMemoryJobStore(queue=None),
-        queue=InMemoryJobQueue(clock=clock, max_receives=MAX_RECEIVES),
-        results=InMemoryResultStore(),
-        keys=InMemoryApiKeyStore(),
-        control=InMemoryControlStore(),
-        clock=clock,
-    )
+    options = dataclasses.replace(OPTIONS, memory_outbox=True)
+    async with open_engine("memory://", clock=clock, options=options) as opened:
+        yield _helper("memory-outbox", opened, clock)
 
 
 @asynccontextmanager
 async def _sqlite(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Engine]:
-    from ferryman.adapters.sqlite import (
-        SqliteApiKeyStore,
-        SqliteControlStore,
-        SqliteDatabase,
-        SqliteJobQueue,
-        SqliteJobStore,
-        SqliteResultStore,
-    )
+    async with open_engine(
+        f"sqlite:///{tmp_path / 'f.db'}", clock=clock, options=OPTIONS
+    ) as opened:
+        db = opened.database
+        assert isinstance(db, SqliteDatabase)
 
-    db = await SqliteDatabase.open(str(tmp_path / "f.db"), synchronous="FULL")
-
-    async def send_raw(body: str) -> None:
-        at = clock.now()
-        await db.write(
-            lambda conn: conn.execute(
-                "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at) "
-                "VALUES (?, ?, 't1', ?, ?)",
-                (f"raw_{secrets.token_hex(6)}", body, at, at),
+        async def send_raw(body: str) -> None:
+            at = clock.now()
+            await db.write(
+                lambda conn: conn.execute(
+                    "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at) "
+                    "VALUES (?, ?, 't1', ?, ?)",
+                    (f"raw_{secrets.token_hex(6)}", body, at, at),
+                )
             )
-        )
 
-    try:
-        yield Engine(
-            name="sqlite",
-            send_raw=send_raw,
-            port=SqliteJobStore(db, clock=clock),
-            queue=SqliteJobQueue(
-                db, clock=clock, max_receives=MAX_RECEIVES, poll_interval_seconds=0.05
-            ),
-            results=SqliteResultStore(db),
-            keys=SqliteApiKeyStore(db),
-            control=SqliteControlStore(db),
-            clock=clock,
-        )
-    finally:
-        await db.close()
+        yield _helper("sqlite", opened, clock, send_raw=send_raw)
 
 
 def _database_url(server_url: str, dbname: str) -> str:
@@ -279,42 +267,24 @@ async def _empty_postgres(url: str) -> None:
 async def _postgres(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Engine]:
-    from ferryman.adapters.postgres import (
-        PostgresApiKeyStore,
-        PostgresControlStore,
-        PostgresDatabase,
-        PostgresJobQueue,
-        PostgresJobStore,
-        PostgresResultStore,
-    )
+    from ferryman.adapters.postgres import PostgresDatabase
 
     url = request.getfixturevalue("postgres_url")
     await _empty_postgres(url)
-    db = await PostgresDatabase.open(url, min_size=1, max_size=4)
+    options = dataclasses.replace(OPTIONS, postgres_pool_max_size=4)
+    async with open_engine(url, clock=clock, options=options) as opened:
+        db = opened.database
+        assert isinstance(db, PostgresDatabase)
 
-    async def send_raw(body: str) -> None:
-        at = clock.now()
-        await db.execute(
-            "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at) "
-            "VALUES (%(id)s, %(body)s, 't1', %(at)s, %(at)s)",
-            {"id": f"raw_{secrets.token_hex(6)}", "body": body, "at": at},
-        )
+        async def send_raw(body: str) -> None:
+            at = clock.now()
+            await db.execute(
+                "INSERT INTO messages (id, body, tenant_id, sent_at, visible_at) "
+                "VALUES (%(id)s, %(body)s, 't1', %(at)s, %(at)s)",
+                {"id": f"raw_{secrets.token_hex(6)}", "body": body, "at": at},
+            )
 
-    try:
-        yield Engine(
-            name="postgres",
-            send_raw=send_raw,
-            port=PostgresJobStore(db, clock=clock),
-            queue=PostgresJobQueue(
-                db, clock=clock, max_receives=MAX_RECEIVES, poll_interval_seconds=0.05
-            ),
-            results=PostgresResultStore(db),
-            keys=PostgresApiKeyStore(db),
-            control=PostgresControlStore(db),
-            clock=clock,
-        )
-    finally:
-        await db.close()
+        yield _helper("postgres", opened, clock, send_raw=send_raw)
 
 
 ENGINES: dict[
@@ -328,53 +298,50 @@ ENGINES: dict[
 
 
 @asynccontextmanager
+async def _engine_results(url: str, results_url: str, **options: Any) -> AsyncIterator[ResultStore]:
+    """The result store ``results_url`` names over the engine ``url`` names, opened and
+    closed as wiring opens them."""
+    clock = FakeClock()
+    options_here = dataclasses.replace(OPTIONS, **options)
+    async with (
+        open_engine(url, clock=clock, options=options_here) as opened,
+        open_result_store(results_url, opened) as results,
+    ):
+        yield results.store
+
+
+@asynccontextmanager
 async def _memory_results(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ResultStore]:
-    from ferryman.adapters.memory import InMemoryResultStore
-
-    yield InMemoryResultStore()
+    async with _engine_results("memory://", "db") as store:
+        yield store
 
 
 @asynccontextmanager
 async def _sqlite_results(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ResultStore]:
-    from ferryman.adapters.sqlite import SqliteDatabase, SqliteResultStore
-
-    db = await SqliteDatabase.open(str(tmp_path / "r.db"), synchronous="FULL")
-    try:
-        yield SqliteResultStore(db)
-    finally:
-        await db.close()
+    async with _engine_results(f"sqlite:///{tmp_path / 'r.db'}", "db") as store:
+        yield store
 
 
 @asynccontextmanager
 async def _file_results(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ResultStore]:
-    from ferryman.adapters.files import FileResultStore
-
-    store = FileResultStore(str(tmp_path / "results"))
-    try:
+    async with _engine_results("memory://", f"file://{tmp_path / 'results'}") as store:
         yield store
-    finally:
-        store.close()
 
 
 @asynccontextmanager
 async def _postgres_results(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ResultStore]:
-    from ferryman.adapters.postgres import PostgresDatabase, PostgresResultStore
-
     url = request.getfixturevalue("postgres_url")
     await _empty_postgres(url)
-    db = await PostgresDatabase.open(url, min_size=1, max_size=2, listen=False)
-    try:
-        yield PostgresResultStore(db)
-    finally:
-        await db.close()
+    async with _engine_results(url, "db", postgres_pool_max_size=2, postgres_listen=False) as store:
+        yield store
 
 
 RESULT_STORES: dict[

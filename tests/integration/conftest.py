@@ -15,17 +15,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from ferryman.adapters.sqlite import (
-    SqliteApiKeyStore,
-    SqliteControlStore,
-    SqliteDatabase,
-    SqliteJobQueue,
-    SqliteJobStore,
-    SqliteResultStore,
-)
+from ferryman.adapters.sqlite import SqliteDatabase
 from ferryman.core.clock import FakeClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
+from ferryman.engines import EngineOptions, open_engine
 from ferryman.http.app import AppDeps, create_app
 from ferryman.http.error_map import PROBLEM_MEDIA_TYPE
 from ferryman.providers.simulated import SimulatedProvider
@@ -50,7 +44,11 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI
 
+    from ferryman.ports.control import ControlStore
+    from ferryman.ports.keys import ApiKeyStore
     from ferryman.ports.provider import ModelRequest, ModelResponse
+    from ferryman.ports.queue import JobQueue
+    from ferryman.ports.results import ResultStore
     from ferryman.tasks import TaskRegistry
 
     ProblemCheck = Callable[[httpx.Response, int, str], dict[str, Any]]
@@ -79,14 +77,17 @@ class HttpCountingProvider:
 
 @dataclass
 class HttpStack:
-    """Every service over one SQLite file, as `ferryman serve` would build it."""
+    """Every service over one SQLite file, as `ferryman serve` would build it. ``db`` is
+    the engine's database handle (``Engine.database``), for tests that write or close
+    underneath the ports."""
 
     clock: FakeClock
     db: SqliteDatabase
     store: JobLedger
-    queue: SqliteJobQueue
-    results: SqliteResultStore
-    control: SqliteControlStore
+    queue: JobQueue
+    results: ResultStore
+    control: ControlStore
+    keys: ApiKeyStore
     tasks: TaskRegistry
     intake: Intake
     jobs: JobQueries
@@ -155,38 +156,37 @@ class HttpStack:
 @pytest.fixture
 async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
     clock = FakeClock()
-    db = await SqliteDatabase.open(tmp_path / "ferryman.db", synchronous="NORMAL")
-    store = JobLedger(SqliteJobStore(db, clock=clock), observers=process_observers())
-    queue = SqliteJobQueue(db, clock=clock, max_receives=HTTP_MAX_RECEIVES)
-    results = SqliteResultStore(db)
-    control = SqliteControlStore(db)
-    tasks = builtin_tasks()
-    stack = HttpStack(
-        clock=clock,
-        db=db,
-        store=store,
-        queue=queue,
-        results=results,
-        control=control,
-        tasks=tasks,
-        intake=Intake(
-            store=store,
-            queue=queue,
-            tasks=tasks,
-            control=control,
+    options = EngineOptions(max_receives=HTTP_MAX_RECEIVES, sqlite_synchronous="NORMAL")
+    url = f"sqlite:///{tmp_path / 'ferryman.db'}"
+    async with open_engine(url, clock=clock, options=options) as engine:
+        assert isinstance(engine.database, SqliteDatabase)
+        store = JobLedger(engine.store, observers=process_observers())
+        tasks = builtin_tasks()
+        yield HttpStack(
             clock=clock,
-            idempotency_retention_seconds=86_400.0,
-            # Tests script the sim model (input.simulate); deployments default to off.
-            sim_scripts=True,
-        ),
-        jobs=JobQueries(store=store, results=results, clock=clock),
-        operations=Operations(store=store, queue=queue, control=control, clock=clock),
-        api_keys=ApiKeys(SqliteApiKeyStore(db), clock),
-    )
-    try:
-        yield stack
-    finally:
-        await db.close()
+            db=engine.database,
+            store=store,
+            queue=engine.queue,
+            results=engine.results,
+            control=engine.control,
+            keys=engine.keys,
+            tasks=tasks,
+            intake=Intake(
+                store=store,
+                queue=engine.queue,
+                tasks=tasks,
+                control=engine.control,
+                clock=clock,
+                idempotency_retention_seconds=86_400.0,
+                # Tests script the sim model (input.simulate); deployments default to off.
+                sim_scripts=True,
+            ),
+            jobs=JobQueries(store=store, results=engine.results, clock=clock),
+            operations=Operations(
+                store=store, queue=engine.queue, control=engine.control, clock=clock
+            ),
+            api_keys=ApiKeys(engine.keys, clock),
+        )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ferryman.adapters.sqlite import SqliteApiKeyStore
 from ferryman.config import Settings
 from ferryman.core.errors import AuthenticationError, InvalidRequestError
 from ferryman.http.app import AppDeps, create_app
@@ -278,7 +277,7 @@ async def test_keys_are_shown_once_and_stored_hashed(http_stack: HttpStack) -> N
     assert len(key_id) == 12
     int(key_id, 16)
     assert len(secret) >= 40
-    record = await SqliteApiKeyStore(http_stack.db).find_key(key_id)
+    record = await http_stack.keys.find_key(key_id)
     assert record is not None
     assert record.secret_hash == hashlib.sha256(key.encode()).hexdigest()
     assert secret not in repr(record)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ferryman.adapters.sqlite import SqliteApiKeyStore, SqliteDatabase
+from ferryman.engines import open_engine
 from ferryman.services.access import ApiKeys
 
 if TYPE_CHECKING:
@@ -235,14 +235,12 @@ async def test_a_revocation_holds_at_once_for_another_app_over_the_same_file(
     http_open_client: Callable[..., httpx.AsyncClient],
 ) -> None:
     # A second API process: its own connections to the same SQLite file.
-    other_db = await SqliteDatabase.open(http_stack.db.path)
-    try:
-        other_keys = ApiKeys(SqliteApiKeyStore(other_db), http_stack.clock)
+    url = f"sqlite:///{http_stack.db.path}"
+    async with open_engine(url, clock=http_stack.clock) as other_engine:
+        other_keys = ApiKeys(other_engine.keys, http_stack.clock)
         other = http_open_client(http_stack.app(api_keys=other_keys), http_keys.acme)
         assert (await other.get("/v1/generations")).status_code == 200
 
         await admin_client.post(f"/v1/admin/keys/{key_id(http_keys.acme)}/revoke")
 
         assert (await other.get("/v1/generations")).status_code == 401
-    finally:
-        await other_db.close()

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ferryman.adapters.sqlite import SqliteDatabase
 from ferryman.adapters.sqlite.migrations import applied_version, available, latest_version
 from ferryman.cli import doctor
 from ferryman.config import Settings
+from ferryman.core.clock import SystemClock
+from ferryman.engines import open_engine
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -129,8 +130,8 @@ def at(tmp_path: Path, results: str = "results") -> Settings:
 
 
 async def make_database(path: Path) -> None:
-    db = await SqliteDatabase.open(path)
-    await db.close()
+    async with open_engine(f"sqlite:///{path}", clock=SystemClock()):
+        pass
 
 
 def by_rule(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
@@ -175,14 +176,11 @@ async def test_a_ready_setup_passes_and_is_left_exactly_as_it_was(tmp_path: Path
 
 
 async def test_a_database_in_use_is_read_through_its_wal(tmp_path: Path) -> None:
-    db = await SqliteDatabase.open(tmp_path / "ferryman.db")
-    try:
+    async with open_engine(f"sqlite:///{tmp_path / 'ferryman.db'}", clock=SystemClock()):
         (tmp_path / "results").mkdir()
         before = snapshot(tmp_path)
         checks = by_rule(await doctor.check_live(at(tmp_path)))
         assert snapshot(tmp_path).keys() == before.keys()  # no file made (the WAL may move)
-    finally:
-        await db.close()
     assert checks["database schema current"].ok, checks
 
 

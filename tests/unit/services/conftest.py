@@ -1,4 +1,8 @@
-"""A small world of in-memory adapters and the sim, for service tests on a FakeClock."""
+"""A small world of in-memory adapters and the sim, for service tests on a FakeClock.
+
+Engines are opened only through ``ferryman.engines.open_engine``: ``memory://`` for
+``make_world`` (``outbox=True`` is ``EngineOptions(memory_outbox=True)``), a SQLite
+file for ``sqlite_world``."""
 
 from __future__ import annotations
 
@@ -9,15 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ferryman.adapters.memory import (
-    InMemoryControlStore,
-    InMemoryJobQueue,
-    InMemoryJobStore,
-    InMemoryResultStore,
-)
 from ferryman.core.clock import FakeClock
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
+from ferryman.engines import Engine, EngineOptions, open_engine
 from ferryman.failpoints import Failpoints
 from ferryman.observability.job_failpoints import FailpointObserver
 from ferryman.providers.simulated import SimulatedProvider
@@ -36,11 +35,15 @@ from ferryman.tasks import builtin_tasks
 from ferryman.wiring import process_observers
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
+    from contextlib import AbstractAsyncContextManager
     from pathlib import Path
 
     from ferryman.core.job import Job
+    from ferryman.ports.control import ControlStore
     from ferryman.ports.provider import ModelRequest, ModelResponse
+    from ferryman.ports.queue import JobQueue
+    from ferryman.ports.results import ResultStore
 
 
 class CountingProvider:
@@ -71,9 +74,9 @@ class CountingProvider:
 class World:
     clock: FakeClock
     store: JobLedger
-    queue: InMemoryJobQueue
-    results: InMemoryResultStore
-    control: InMemoryControlStore
+    queue: JobQueue
+    results: ResultStore
+    control: ControlStore
     provider: CountingProvider
     intake: Intake
     jobs: JobQueries
@@ -149,7 +152,9 @@ class World:
 
 
 @pytest.fixture
-def make_world() -> Callable[..., World]:
+def make_world() -> Iterator[Callable[..., World]]:
+    opened: list[AbstractAsyncContextManager[Engine]] = []
+
     def build(
         *,
         outbox: bool = False,
@@ -159,16 +164,40 @@ def make_world() -> Callable[..., World]:
         max_receives: int = 10,
     ) -> World:
         clock = FakeClock()
-        queue = InMemoryJobQueue(clock=clock, max_receives=max_receives)
-        store = JobLedger(
-            InMemoryJobStore(queue=None if outbox else queue), observers=process_observers()
-        )
+        options = EngineOptions(max_receives=max_receives, memory_outbox=outbox)
+        opening = open_engine("memory://", clock=clock, options=options)
+        engine = _enter_at_once(opening)
+        opened.append(opening)
         provider = CountingProvider(SimulatedProvider(sleep=_no_sleep), block=block)
-        return _world(
-            clock, store, queue, provider, retry=retry, lease=lease, max_receives=max_receives
-        )
+        return _world(clock, engine, provider, retry=retry, lease=lease, max_receives=max_receives)
 
-    return build
+    yield build
+    for opening in reversed(opened):
+        _exit_at_once(opening)
+
+
+def _enter_at_once(opening: AbstractAsyncContextManager[Engine]) -> Engine:
+    """Enter an engine's ``async with`` from plain code: ``make_world`` is synchronous
+    (hundreds of tests call it so), and opening the memory engine never suspends
+    (adapters/memory/engine.py), so its coroutine finishes at its first step."""
+    step = opening.__aenter__()
+    try:
+        step.send(None)
+    except StopIteration as done:
+        engine: Engine = done.value
+        return engine
+    step.close()
+    raise AssertionError("opening this engine waits: use it in an async fixture")
+
+
+def _exit_at_once(opening: AbstractAsyncContextManager[Engine]) -> None:
+    step = opening.__aexit__(None, None, None)
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    step.close()
+    raise AssertionError("closing this engine waits: use it in an async fixture")
 
 
 _PARTS = {f.name for f in dataclasses.fields(WorkerParts)}
@@ -196,37 +225,35 @@ def compose_test_worker(options: dict[str, Any], *, observers: Observers) -> Wor
 
 def _world(
     clock: FakeClock,
-    store: JobLedger,
-    queue: Any,
+    engine: Engine,
     provider: CountingProvider,
     *,
     retry: RetryPolicy | None = None,
     lease: LeasePolicy | None = None,
     max_receives: int = 10,
 ) -> World:
-    """A world around the given engine: memory results and control, the built-in tasks."""
-    results = InMemoryResultStore()
-    control = InMemoryControlStore()
+    """A world around an open engine: its ports, the built-in tasks."""
+    store = JobLedger(engine.store, observers=process_observers())
     return World(
         clock=clock,
         store=store,
-        queue=queue,
-        results=results,
-        control=control,
+        queue=engine.queue,
+        results=engine.results,
+        control=engine.control,
         provider=provider,
         intake=Intake(
             store=store,
-            queue=queue,
+            queue=engine.queue,
             tasks=builtin_tasks(),
-            control=control,
+            control=engine.control,
             clock=clock,
             idempotency_retention_seconds=3600,
             catalog=ModelCatalog.serving_own_names([provider]),
             # Tests script the sim model (input.simulate); deployments default to off.
             sim_scripts=True,
         ),
-        jobs=JobQueries(store=store, results=results, clock=clock),
-        operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        jobs=JobQueries(store=store, results=engine.results, clock=clock),
+        operations=Operations(store=store, queue=engine.queue, control=engine.control, clock=clock),
         retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
         lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
         max_receives=max_receives,
@@ -236,17 +263,17 @@ def _world(
 @pytest.fixture
 async def sqlite_world(tmp_path: Path) -> AsyncIterator[World]:
     """The world over the SQLite engine's jobs and queue (one file), for the worker's
-    paths only that engine takes (its receive claims: ports/queue.py's ClaimsOnReceive)."""
-    from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue, SqliteJobStore
-
+    paths only that engine takes (its receive claims: ports/queue.py's ClaimsOnReceive).
+    Results and control stay in memory, so the writer's commits are the job's own."""
     clock = FakeClock()
-    db = await SqliteDatabase.open(tmp_path / "ferryman.db")
-    try:
-        queue = SqliteJobQueue(db, clock=clock, max_receives=10)
-        store = JobLedger(SqliteJobStore(db, clock=clock), observers=process_observers())
-        yield _world(clock, store, queue, CountingProvider(SimulatedProvider(sleep=_no_sleep)))
-    finally:
-        await db.close()
+    url = f"sqlite:///{tmp_path / 'ferryman.db'}"
+    options = EngineOptions(max_receives=10)
+    async with (
+        open_engine(url, clock=clock, options=options) as sqlite,
+        open_engine("memory://", clock=clock, options=options) as memory,
+    ):
+        engine = dataclasses.replace(memory, store=sqlite.store, queue=sqlite.queue)
+        yield _world(clock, engine, CountingProvider(SimulatedProvider(sleep=_no_sleep)))
 
 
 async def _no_sleep(seconds: float) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
-from ferryman.adapters.memory import InMemoryApiKeyStore
 from ferryman.core.clock import FakeClock
 from ferryman.core.errors import (
     ApiKeyNotFoundError,
@@ -12,6 +13,7 @@ from ferryman.core.errors import (
     InvalidRequestError,
     LastAdminKeyError,
 )
+from ferryman.engines import open_engine
 from ferryman.ports.keys import RevokeOutcome
 from ferryman.services.access import ApiKeys, KeyState, key_state
 
@@ -22,8 +24,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def api_keys(clock: FakeClock) -> ApiKeys:
-    return ApiKeys(InMemoryApiKeyStore(), clock)
+async def api_keys(clock: FakeClock) -> AsyncIterator[ApiKeys]:
+    async with open_engine("memory://", clock=clock) as engine:
+        yield ApiKeys(engine.keys, clock)
 
 
 def secret_of(token: str) -> str:
