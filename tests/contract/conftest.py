@@ -28,7 +28,7 @@ from ferryman.core.idempotency import request_fingerprint
 from ferryman.core.ids import new_attempt_id, new_correlation_id, new_job_id
 from ferryman.core.job import Job
 from ferryman.ports.queue import QueueMessage
-from ferryman.services.ledger import JobLedger
+from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -76,7 +76,7 @@ class Engine:
     send_raw: Callable[[str], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
-        self.store = JobLedger(self.port)
+        self.store = LedgerWithReads(self.port)
 
     def now(self) -> float:
         return self.clock.now()

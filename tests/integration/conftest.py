@@ -41,6 +41,7 @@ from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
+from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -141,7 +142,9 @@ class HttpStack:
         for _ in range(HTTP_MAX_RECEIVES + 1):
             await self.queue.receive(max_messages=10, visibility_timeout_seconds=1.0)
             self.clock.advance(2.0)
-        await Sweeper(store=self.store, queue=self.queue, clock=self.clock).sweep_once()
+        await Sweeper(
+            store=self.store, ledger=self.store, queue=self.queue, clock=self.clock
+        ).sweep_once()
         job = await self.store.get(job_id)
         assert job is not None
         assert job.error is not None
@@ -152,7 +155,7 @@ class HttpStack:
 async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
     clock = FakeClock()
     db = await SqliteDatabase.open(tmp_path / "ferryman.db", synchronous="NORMAL")
-    store = JobLedger(SqliteJobStore(db, clock=clock))
+    store = LedgerWithReads(SqliteJobStore(db, clock=clock))
     queue = SqliteJobQueue(db, clock=clock, max_receives=HTTP_MAX_RECEIVES)
     results = SqliteResultStore(db)
     control = SqliteControlStore(db)
@@ -167,6 +170,7 @@ async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
         tasks=tasks,
         intake=Intake(
             store=store,
+            ledger=store,
             queue=queue,
             tasks=tasks,
             control=control,
@@ -175,8 +179,8 @@ async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
             # Tests script the sim model (input.simulate); deployments default to off.
             sim_scripts=True,
         ),
-        jobs=JobQueries(store=store, results=results, clock=clock),
-        operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        jobs=JobQueries(store=store, ledger=store, results=results, clock=clock),
+        operations=Operations(store=store, ledger=store, queue=queue, control=control, clock=clock),
         api_keys=ApiKeys(SqliteApiKeyStore(db), clock),
     )
     try:

@@ -28,6 +28,7 @@ from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker
 from ferryman.tasks import builtin_tasks
+from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -108,6 +109,7 @@ class World:
     def sweeper(self, **overrides: Any) -> Sweeper:
         options: dict[str, Any] = {
             "store": self.store,
+            "ledger": self.store,
             "queue": self.queue,
             "clock": self.clock,
             "interval_seconds": 0.01,
@@ -153,7 +155,7 @@ def make_world() -> Callable[..., World]:
     ) -> World:
         clock = FakeClock()
         queue = InMemoryJobQueue(clock=clock, max_receives=max_receives)
-        store = JobLedger(InMemoryJobStore(queue=None if outbox else queue))
+        store = LedgerWithReads(InMemoryJobStore(queue=None if outbox else queue))
         provider = CountingProvider(SimulatedProvider(sleep=_no_sleep), block=block)
         return _world(
             clock, store, queue, provider, retry=retry, lease=lease, max_receives=max_receives
@@ -184,6 +186,7 @@ def _world(
         provider=provider,
         intake=Intake(
             store=store,
+            ledger=store,
             queue=queue,
             tasks=builtin_tasks(),
             control=control,
@@ -193,8 +196,8 @@ def _world(
             # Tests script the sim model (input.simulate); deployments default to off.
             sim_scripts=True,
         ),
-        jobs=JobQueries(store=store, results=results, clock=clock),
-        operations=Operations(store=store, queue=queue, control=control, clock=clock),
+        jobs=JobQueries(store=store, ledger=store, results=results, clock=clock),
+        operations=Operations(store=store, ledger=store, queue=queue, control=control, clock=clock),
         retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
         lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
         max_receives=max_receives,
@@ -211,7 +214,7 @@ async def sqlite_world(tmp_path: Path) -> AsyncIterator[World]:
     db = await SqliteDatabase.open(tmp_path / "ferryman.db")
     try:
         queue = SqliteJobQueue(db, clock=clock, max_receives=10)
-        store = JobLedger(SqliteJobStore(db, clock=clock))
+        store = LedgerWithReads(SqliteJobStore(db, clock=clock))
         yield _world(clock, store, queue, CountingProvider(SimulatedProvider(sleep=_no_sleep)))
     finally:
         await db.close()
