@@ -7,7 +7,7 @@ Two sources of stranded jobs:
 - stalled jobs whose message is gone or was never sent (outbox gap, expired
   lease with its message dead-lettered while a live owner still held the job):
   the sweeper sends a new message. A job whose message is still queued is not
-  stalled, however long it waits for a free worker (JobStore.stalled): its next
+  stalled, however long it waits for a free worker (JobUpkeep.stalled): its next
   delivery takes it over. Where the engine can, the message goes in the same
   transaction as the REDISPATCHED event, so a job that finished meanwhile gets
   neither. Duplicates are harmless, since a job id, not a message, is the identity,
