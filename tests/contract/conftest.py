@@ -62,7 +62,8 @@ def facts() -> Callable[[Job | None], Job | None]:
 class Engine:
     """One engine's adapters. ``store`` is the ledger over the engine's JobStore port
     (``port``): the verbs every service uses, applied through the engine's one
-    conditional write, so each verb's contract is checked against every engine."""
+    conditional write, so each verb's contract is checked against every engine; the
+    port's reads answer through it too (tests/ledger_reads.py)."""
 
     name: str
     port: JobStore
