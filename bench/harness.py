@@ -65,7 +65,8 @@ class Stack:
 
     def intake(self) -> Intake:
         return Intake(
-            store=self.store,
+            store=self.store.store,
+            ledger=self.store,
             queue=self.queue,
             tasks=self.tasks,
             control=self.control,

@@ -79,7 +79,7 @@ async def worst_stall_ms(request: Callable[[], Awaitable[Any]]) -> tuple[float, 
 
 async def before(stack: Stack) -> bytes:
     """The old list: every result decoded, the page encoded by the stdlib on the loop."""
-    page = await stack.store.list_jobs(tenant_id=TENANT, limit=200)
+    page = await stack.store.store.list_jobs(tenant_id=TENANT, limit=200)
     items = []
     for job in page.jobs:
         assert job.result_ref is not None
@@ -100,7 +100,8 @@ async def measure(args: argparse.Namespace) -> None:
             keys = ApiKeys(stack.keys, stack.clock)
             token = await keys.create(TENANT)
             jobs = JobQueries(
-                store=stack.store,
+                store=stack.store.store,
+                ledger=stack.store,
                 results=stack.results,
                 clock=stack.clock,
                 list_max_bytes=args.list_max_bytes,
@@ -110,13 +111,14 @@ async def measure(args: argparse.Namespace) -> None:
                     intake=stack.intake(),
                     jobs=jobs,
                     operations=Operations(
-                        store=stack.store,
+                        store=stack.store.store,
+                        ledger=stack.store,
                         queue=stack.queue,
                         control=stack.control,
                         clock=stack.clock,
                     ),
                     api_keys=keys,
-                    usage=UsageReports(store=stack.store, clock=stack.clock),
+                    usage=UsageReports(store=stack.store.store, clock=stack.clock),
                     clock=stack.clock,
                 )
             )

@@ -228,12 +228,18 @@ def _server(stack: Stack, parser: str) -> tuple[_QuietServer, ApiKeys]:
     api_keys = ApiKeys(keys=stack.keys, clock=stack.clock)
     deps = AppDeps(
         intake=stack.intake(),
-        jobs=JobQueries(store=stack.store, results=stack.results, clock=stack.clock),
+        jobs=JobQueries(
+            store=stack.store.store, ledger=stack.store, results=stack.results, clock=stack.clock
+        ),
         operations=Operations(
-            store=stack.store, queue=stack.queue, control=stack.control, clock=stack.clock
+            store=stack.store.store,
+            ledger=stack.store,
+            queue=stack.queue,
+            control=stack.control,
+            clock=stack.clock,
         ),
         api_keys=api_keys,
-        usage=UsageReports(store=stack.store, clock=stack.clock),
+        usage=UsageReports(store=stack.store.store, clock=stack.clock),
         clock=stack.clock,
         max_body_bytes=s.max_body_bytes,
         body_timeout_seconds=s.body_timeout_seconds,

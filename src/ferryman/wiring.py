@@ -227,12 +227,13 @@ class Runtime:
 
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
         return Retention(
-            store=self.store, clock=self.clock, results=self.results, batch_size=batch_size
+            store=self.store.store, clock=self.clock, results=self.results, batch_size=batch_size
         )
 
     def new_sweeper(self) -> Sweeper:
         return Sweeper(
-            store=self.store,
+            store=self.store.store,
+            ledger=self.store,
             queue=self.queue,
             clock=self.clock,
             interval_seconds=self.settings.sweep_interval_seconds,
@@ -405,6 +406,7 @@ def _build(
     catalog: ModelCatalog,
 ) -> Runtime:
     metrics.configure(tenant_labels=settings.metrics_tenant_labels)
+    # The writes; readers take engine.store itself.
     store = JobLedger(engine.store, observers=process_observers(settings.failpoint_set()))
     queue = engine.queue
     results, results_location = opened_results.store, opened_results.location
@@ -425,7 +427,8 @@ def _build(
         tasks=tasks,
         catalog=catalog,
         intake=Intake(
-            store=store,
+            store=engine.store,
+            ledger=store,
             queue=queue,
             tasks=tasks,
             control=control,
@@ -439,17 +442,23 @@ def _build(
             sim_scripts=settings.sim_scripts,
         ),
         jobs=JobQueries(
-            store=store,
+            store=engine.store,
+            ledger=store,
             results=results,
             clock=clock,
             list_max_bytes=settings.list_max_bytes,
             waits=WaitReasons(catalog=catalog, control=control),
         ),
         operations=Operations(
-            store=store, queue=queue, control=control, clock=clock, results=result_writer
+            store=engine.store,
+            ledger=store,
+            queue=queue,
+            control=control,
+            clock=clock,
+            results=result_writer,
         ),
         api_keys=ApiKeys(keys=keys, clock=clock),
-        usage=UsageReports(store=store, clock=clock),
+        usage=UsageReports(store=engine.store, clock=clock),
         database_path=engine.location,
         results_location=results_location,
         shared_limits=engine.limits,

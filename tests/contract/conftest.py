@@ -37,7 +37,7 @@ from ferryman.core.job import Job
 from ferryman.engines import EngineOptions, open_engine
 from ferryman.ports.queue import QueueMessage
 from ferryman.result_stores import open_result_store
-from ferryman.services.ledger import JobLedger
+from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -71,7 +71,8 @@ def facts() -> Callable[[Job | None], Job | None]:
 class Engine:
     """One engine's adapters. ``store`` is the ledger over the engine's JobStore port
     (``port``): the verbs every service uses, applied through the engine's one
-    conditional write, so each verb's contract is checked against every engine."""
+    conditional write, so each verb's contract is checked against every engine; the
+    port's reads answer through it too (tests/ledger_reads.py)."""
 
     name: str
     port: JobStore
@@ -85,7 +86,7 @@ class Engine:
     send_raw: Callable[[str], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
-        self.store = JobLedger(self.port)
+        self.store = LedgerWithReads(self.port)
 
     def now(self) -> float:
         return self.clock.now()

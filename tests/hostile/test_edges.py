@@ -41,7 +41,7 @@ async def test_webhook_url_is_refused_and_nothing_is_stored(
 
     body = problem(response, 422, "unsupported_field")
     assert "webhook_url" in body["detail"]
-    assert (await hostile_runtime.store.list_jobs(tenant_id="acme")).jobs == []
+    assert (await hostile_runtime.store.store.list_jobs(tenant_id="acme")).jobs == []
     # The key was not taken either: the same key without the field makes a job.
     retried = await hostile_client().post(
         "/v1/generations", json=GENERATE, headers={"Idempotency-Key": "hook-1"}

@@ -87,7 +87,7 @@ async def test_invalid_text_anywhere_in_a_submission_is_422_with_its_loc(
     problem = problem(response, 422, "invalid_request")
     assert [e["loc"] for e in problem["errors"]] == [loc]
     assert TEXT_MESSAGE in problem["errors"][0]["msg"]
-    assert (await hostile_runtime.store.list_jobs(tenant_id="acme")).jobs == []
+    assert (await hostile_runtime.store.store.list_jobs(tenant_id="acme")).jobs == []
 
 
 async def test_raw_surrogate_bytes_are_refused_like_escaped_ones(

@@ -37,6 +37,7 @@ from ferryman.services.worker import Worker, compose_worker
 from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 from ferryman.tasks import builtin_tasks
 from ferryman.wiring import process_observers
+from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -146,7 +147,9 @@ class HttpStack:
         for _ in range(HTTP_MAX_RECEIVES + 1):
             await self.queue.receive(max_messages=10, visibility_timeout_seconds=1.0)
             self.clock.advance(2.0)
-        await Sweeper(store=self.store, queue=self.queue, clock=self.clock).sweep_once()
+        await Sweeper(
+            store=self.store, ledger=self.store, queue=self.queue, clock=self.clock
+        ).sweep_once()
         job = await self.store.get(job_id)
         assert job is not None
         assert job.error is not None
@@ -160,7 +163,7 @@ async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
     url = f"sqlite:///{tmp_path / 'ferryman.db'}"
     async with open_engine(url, clock=clock, options=options) as engine:
         assert isinstance(engine.database, SqliteDatabase)
-        store = JobLedger(engine.store, observers=process_observers())
+        store = LedgerWithReads(engine.store, observers=process_observers())
         tasks = builtin_tasks()
         yield HttpStack(
             clock=clock,
@@ -173,6 +176,7 @@ async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
             tasks=tasks,
             intake=Intake(
                 store=store,
+                ledger=store,
                 queue=engine.queue,
                 tasks=tasks,
                 control=engine.control,
@@ -181,9 +185,9 @@ async def http_stack(tmp_path: Path) -> AsyncIterator[HttpStack]:
                 # Tests script the sim model (input.simulate); deployments default to off.
                 sim_scripts=True,
             ),
-            jobs=JobQueries(store=store, results=engine.results, clock=clock),
+            jobs=JobQueries(store=store, ledger=store, results=engine.results, clock=clock),
             operations=Operations(
-                store=store, queue=engine.queue, control=engine.control, clock=clock
+                store=store, ledger=store, queue=engine.queue, control=engine.control, clock=clock
             ),
             api_keys=ApiKeys(engine.keys, clock),
         )

@@ -260,7 +260,7 @@ def stored_job(cwd: Path, job_id: str) -> tuple[str, list[Attempt]]:
         settings = Settings(database_url=f"sqlite:///{cwd}/ferryman.db")
         async with open_runtime(settings) as runtime:
             job = await runtime.store.get(job_id)
-            attempts = await runtime.store.attempts(job_id)
+            attempts = await runtime.store.store.attempts(job_id)
         assert job is not None
         return str(job.status), attempts
 

@@ -49,6 +49,9 @@ async def test_each_item_gets_its_job_in_order(
     )
 
     assert response.status_code == 200, response.text
+    assert set(response.json()) == {"results", "atomic_chunk_size"}
+    # SQLite has no transaction limit of its own: the chunk is intake's slice.
+    assert response.json()["atomic_chunk_size"] == BATCH_SLICE_JOBS
     results = response.json()["results"]
     assert [set(r) for r in results] == [
         {"job_id", "status", "created_at", "correlation_id", "replayed"}

@@ -133,6 +133,7 @@ async def test_a_page_of_summaries_is_bounded_by_the_list_budget(
     budget = 3 * LIST_ITEM_BYTES
     jobs = JobQueries(
         store=http_stack.store,
+        ledger=http_stack.store,
         results=http_stack.results,
         clock=http_stack.clock,
         list_max_bytes=budget,

@@ -24,7 +24,9 @@ def _app(stack: HttpStack):
     waits = WaitReasons(
         catalog=ModelCatalog.serving_own_names([stack.provider]), control=stack.control
     )
-    jobs = JobQueries(store=stack.store, results=stack.results, clock=stack.clock, waits=waits)
+    jobs = JobQueries(
+        store=stack.store, ledger=stack.store, results=stack.results, clock=stack.clock, waits=waits
+    )
     return stack.app(jobs=jobs)
 
 

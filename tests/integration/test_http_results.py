@@ -90,6 +90,7 @@ async def test_a_list_page_is_bounded_in_bytes_and_its_cursor_continues(
     budget = 5000
     jobs = JobQueries(
         store=http_stack.store,
+        ledger=http_stack.store,
         results=http_stack.results,
         clock=http_stack.clock,
         list_max_bytes=budget,

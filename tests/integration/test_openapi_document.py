@@ -207,6 +207,7 @@ def _intake(http_stack: HttpStack, *, sim_scripts: bool) -> Intake:
     """The stack's intake, its catalog serving the stack's provider by its own name."""
     return Intake(
         store=http_stack.store,
+        ledger=http_stack.store,
         queue=http_stack.queue,
         tasks=http_stack.tasks,
         control=http_stack.control,

@@ -134,7 +134,7 @@ async def test_the_documented_local_config_runs_a_job(local_server, tmp_path, mo
             )
             assert await runtime.new_worker().run_until_idle() == 1
             view = await runtime.jobs.get("t1", submitted.job.job_id)
-            attempts = await runtime.store.attempts(submitted.job.job_id)
+            attempts = await runtime.store.store.attempts(submitted.job.job_id)
         finally:
             await provider.aclose()
     assert view.job.status is JobStatus.SUCCEEDED

@@ -25,7 +25,7 @@ async def test_unknown_model_is_refused_at_intake(tmp_path: Path) -> None:
                 request=SubmitRequest("generate", {"prompt": "hi"}, model="gpt-nonexistent"),
             )
         assert raised.value.errors[0]["loc"] == ["body", "model"]
-        assert (await runtime.store.list_jobs(tenant_id=None)).jobs == []
+        assert (await runtime.store.store.list_jobs(tenant_id=None)).jobs == []
 
 
 async def test_by_default_a_script_for_the_sim_is_refused_and_the_log_says_how(
@@ -42,7 +42,7 @@ async def test_by_default_a_script_for_the_sim_is_refused_and_the_log_says_how(
                     await runtime.intake.submit(
                         tenant_id="t1", request=SubmitRequest("generate", scripted)
                     )
-        assert (await runtime.store.list_jobs(tenant_id=None)).jobs == []
+        assert (await runtime.store.store.list_jobs(tenant_id=None)).jobs == []
     assert raised.value.errors[0]["loc"] == ["body", "input", "simulate"]
     assert "turned off on this server" in raised.value.message
     # Once per process, however many scripts a tenant sends.

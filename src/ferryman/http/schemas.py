@@ -107,6 +107,15 @@ class BatchResults(_Body):
     """One entry per submitted item, in order: its job, or the problem it got alone."""
 
     results: list[BatchSubmission | Problem]
+    atomic_chunk_size: int = Field(
+        ge=1,
+        description=(
+            "The items were stored in consecutive chunks of at most this many, each "
+            "chunk all-or-nothing (its own transaction); items of different chunks are "
+            "not stored together. At most 100; less where the engine's transactions "
+            "hold fewer items."
+        ),
+    )
 
 
 class JobSummary(_Body):

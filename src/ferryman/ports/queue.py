@@ -6,11 +6,13 @@ times moves to the dead-letter queue instead of being delivered (redrive). A mes
 no worker could ever read (its body is not a job message) moves there at once, with
 the reason, so it never blocks the messages behind it.
 
-Receives are fair between tenants: visible messages are taken round-robin across
-tenants, the tenant with the fewest deliveries in flight first, each tenant's in
-the order they became visible (so a retry that comes due goes behind work that was
-waiting before it, not back to the head of the line), and never more for a tenant
-than the receiver's ``TenantBudget`` allows.
+Every engine gives a tenant no more deliveries than the receiver's ``TenantBudget``
+allows. Where the engine says so (``QueueCapabilities.fair_receive``: SQLite,
+PostgreSQL and memory), receives are also fair by themselves: visible messages are
+taken round-robin across tenants, the tenant with the fewest deliveries in flight
+first, each tenant's in the order they became visible (so a retry that comes due goes
+behind work that was waiting before it, not back to the head of the line). An engine
+that cannot (SQS delivers in its own order) is fair only by the receiver's cap.
 """
 
 from __future__ import annotations
@@ -153,6 +155,18 @@ class TenantBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCapabilities:
+    """What may differ between engines' queues, as each engine states it (held by
+    tests/contract/test_capabilities.py)."""
+
+    # True: ``receive`` itself takes tenants in turn (module docstring), so one tenant's
+    # backlog never delays another's, with or without a budget. False: the engine
+    # delivers in its own order, and receives are fair only by the receiver's own
+    # per-tenant in-flight cap (its TenantBudget): a receiver must pass one.
+    fair_receive: bool
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     visible: int
     in_flight: int  # received and hidden, or delayed
@@ -163,6 +177,11 @@ class QueueStats:
 
 
 class JobQueue(Protocol):
+    @property
+    def capabilities(self) -> QueueCapabilities:
+        """What this engine promises where engines differ (QueueCapabilities)."""
+        ...
+
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None: ...
 
     async def receive(
@@ -173,7 +192,8 @@ class JobQueue(Protocol):
         wait_seconds: float = 0.0,
         budget: TenantBudget | None = None,
     ) -> list[Delivery]:
-        """Up to max_messages visible messages, fairly across tenants (module docstring),
+        """Up to max_messages visible messages, within the budget and, where
+        ``capabilities.fair_receive``, fairly across tenants (module docstring),
         each hidden for the timeout and its receive count raised. Waits up to
         wait_seconds for one."""
         ...

@@ -1,12 +1,22 @@
-"""JobStore: the durable record of jobs, their attempts and events.
+"""The job store's ports: what an engine must promise about jobs, their attempts and events.
 
-An engine provides one write primitive, ``apply(change)``: persist a
-``core.changes.Change`` (the job row, its events, the attempt rows it opens or
-closes, and where the engine can, the job's queue message) in one transaction, if
-and only if the stored job still has ``change.expected_revision``. Which change a
-transition makes is decided in core, never here; services/ledger.py reads, asks
-core and applies, recomputing when the revision moved. ``create`` is the same with
-an idempotency check instead of a revision.
+Three small ports, split by who needs them (docs/architecture.md, "The store's ports"):
+
+- ``JobWrites``, the write port: one write primitive, ``apply(change)``: persist a
+  ``core.changes.Change`` (the job row, its events, the attempt rows it opens or
+  closes, and where the engine can, the job's queue message) in one transaction, if
+  and only if the stored job still has ``change.expected_revision``. Which change a
+  transition makes is decided in core, never here; services/ledger.py reads, asks
+  core and applies, recomputing when the revision moved. ``create`` and
+  ``create_many`` are the same with an idempotency check instead of a revision.
+- ``JobReads``, the query port: one job, lists, events, attempts, usage, health.
+  Services that only read take it directly, never the ledger.
+- ``JobUpkeep``, the maintenance port: the scans of the sweeper and retention, and
+  the purges.
+
+``JobStore`` is their union: what an engine's store class implements. What may differ
+between engines is stated, not hidden, in ``StoreCapabilities`` (and, for queues,
+ports/queue.py's ``QueueCapabilities``); services honour it.
 
 Times are epoch seconds passed in by the caller, so the caller's clock decides.
 """
@@ -25,6 +35,30 @@ if TYPE_CHECKING:
     from ferryman.core.changes import Change
     from ferryman.core.job import Attempt, Event, Job, JobError, JobStatus
     from ferryman.ports.results import StagedResult
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCapabilities:
+    """What may differ between engines' stores, as each engine states it.
+
+    The contract suite holds every engine to what it states here
+    (tests/contract/test_capabilities.py), and the services honour it."""
+
+    # The most new jobs ``create_many`` takes in one all-or-nothing transaction; None:
+    # no limit of the engine's own (one transaction takes whatever the caller sends;
+    # SQLite, PostgreSQL and memory, checked at the API's batch maximum of 1000). A
+    # DynamoDB transaction holds at most 100 items. Intake writes a batch in chunks of
+    # at most this many (services/intake.py) and says so in the batch response.
+    max_atomic_batch: int | None = None
+    # True: ``usage`` counts exactly what is stored as of the read (the counters move
+    # in the transaction of the change that moves them). False: an estimate that may
+    # lag or drift (an engine that counts asynchronously); quotas then bound storage
+    # only approximately, and reports say so.
+    usage_exact: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_atomic_batch is not None and self.max_atomic_batch < 1:
+            raise ValueError("max_atomic_batch must be at least 1 (or None: no limit)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +187,14 @@ class Hint(Protocol):
         ...
 
 
-class JobStore(Protocol):
+class JobWrites(Protocol):
+    """The write port: new jobs and changes, each in one transaction."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """What this engine promises where engines differ (StoreCapabilities)."""
+        ...
+
     # True when apply() writes the job's queue message for a change with ``enqueue``
     # in the same transaction (the SQL engines); intake then skips the outbox path.
     @property
@@ -183,8 +224,21 @@ class JobStore(Protocol):
         False, with nothing written, when it is not (or the job is gone)."""
         ...
 
+
+class JobReads(Protocol):
+    """The query port: what the API, the CLI and the worker read. Nothing here writes."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """What this engine promises where engines differ (StoreCapabilities)."""
+        ...
+
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
         """The job, or None. With tenant_id, a job of another tenant is None too."""
+        ...
+
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        """The jobs that exist among these, by id, in one read (a worker's receive batch)."""
         ...
 
     async def list_jobs(
@@ -217,18 +271,6 @@ class JobStore(Protocol):
         """In attempt_no order."""
         ...
 
-    async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
-        """Non-terminal jobs nothing drives, oldest updated_at first. All have
-        updated_at before now - older_than, and one of: dispatch PENDING (QUEUED or
-        RETRY_SCHEDULED); PROCESSING with lease_until before now - older_than;
-        RETRY_SCHEDULED with not_before before now - older_than. Where the engine keeps
-        the queue with the jobs (``enqueues_with_job``), a job with a message still in
-        the queue (visible, in flight or delayed) is not among them: that message's
-        next delivery drives it. An engine whose queue is elsewhere cannot tell and
-        lists it anyway (the message the sweeper re-sends is then a harmless
-        duplicate)."""
-        ...
-
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         """Which of these jobs have a cancel request (one cheap read for many calls)."""
         ...
@@ -251,6 +293,31 @@ class JobStore(Protocol):
         in key order."""
         ...
 
+    async def ping(self, *, write: bool = False) -> None:
+        """Raise StoreUnavailableError when the store cannot be read (or, with
+        ``write``, cannot take a durable write now)."""
+        ...
+
+
+class JobUpkeep(Protocol):
+    """The maintenance port: the scans and purges of the sweeper and retention."""
+
+    async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
+        """Non-terminal jobs nothing drives, oldest updated_at first. All have
+        updated_at before now - older_than, and one of: dispatch PENDING (QUEUED or
+        RETRY_SCHEDULED); PROCESSING with lease_until before now - older_than;
+        RETRY_SCHEDULED with not_before before now - older_than. Where the engine keeps
+        the queue with the jobs (``enqueues_with_job``), a job with a message still in
+        the queue (visible, in flight or delayed) is not among them: that message's
+        next delivery drives it. An engine whose queue is elsewhere cannot tell and
+        lists it anyway (the message the sweeper re-sends is then a harmless
+        duplicate)."""
+        ...
+
+    async def existing(self, job_ids: Collection[str]) -> set[str]:
+        """Which of these jobs still exist."""
+        ...
+
     async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
         """Delete up to ``limit`` finished jobs completed before the time, with their
         events, attempts and idempotency entries, in one transaction; their ids."""
@@ -260,18 +327,11 @@ class JobStore(Protocol):
         """Delete up to ``limit`` expired idempotency entries; how many."""
         ...
 
-    async def existing(self, job_ids: Collection[str]) -> set[str]:
-        """Which of these jobs still exist."""
-        ...
 
-    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
-        """The jobs that exist among these, by id, in one read (a worker's receive batch)."""
-        ...
-
-    async def ping(self, *, write: bool = False) -> None:
-        """Raise StoreUnavailableError when the store cannot be read (or, with
-        ``write``, cannot take a durable write now)."""
-        ...
+class JobStore(JobWrites, JobReads, JobUpkeep, Protocol):
+    """Every port of the store in one: what an engine's store class implements. A
+    service takes the narrowest port it needs; the ledger takes this one (it writes,
+    and reads the job it is about to change)."""
 
 
 @runtime_checkable

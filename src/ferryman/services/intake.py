@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore
     from ferryman.ports.queue import JobQueue
+    from ferryman.ports.store import JobReads
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
     from ferryman.tasks import TaskRegistry
@@ -54,7 +55,8 @@ USAGE_REFRESH_SECONDS = 0.1
 USAGE_HEADROOM = 0.1
 # Tenants whose estimates are kept; past this the oldest reads are forgotten.
 MAX_USAGE_ESTIMATES = 10_000
-# A batch is validated and written this many jobs at a time, each slice in its own
+# A batch is validated and written this many jobs at a time (fewer where the engine's
+# transactions hold fewer: StoreCapabilities.max_atomic_batch), each slice in its own
 # transaction: the store (on SQLite, one writer thread every process's writes queue
 # for) takes other tenants' submissions between two slices instead of after a
 # thousand jobs, and the event loop gets its turn between two validations.
@@ -160,7 +162,8 @@ class Intake:
     def __init__(
         self,
         *,
-        store: JobLedger,
+        store: JobReads,
+        ledger: JobLedger,
         queue: JobQueue,
         tasks: TaskRegistry,
         control: ControlStore,
@@ -171,6 +174,9 @@ class Intake:
         sim_scripts: bool,
     ) -> None:
         self._store = store
+        self._ledger = ledger
+        limit = store.capabilities.max_atomic_batch
+        self._slice_jobs = BATCH_SLICE_JOBS if limit is None else min(BATCH_SLICE_JOBS, limit)
         self._queue = queue
         self._tasks = tasks
         self._control = control
@@ -194,6 +200,12 @@ class Intake:
         )
         raise InvalidRequestError(msg, errors=[{"loc": ["body", "input", "simulate"], "msg": msg}])
 
+    @property
+    def atomic_chunk_size(self) -> int:
+        """The most jobs of a batch written in one all-or-nothing transaction: a batch
+        is stored in consecutive chunks of this many items (the last may be smaller)."""
+        return self._slice_jobs
+
     def model_names(self) -> list[str] | None:
         """The models a submission may name; None when any name is taken (no catalog)."""
         return None if self._catalog is None else [a.name for a in self._catalog.aliases()]
@@ -206,9 +218,9 @@ class Intake:
         correlation_id: str | None = None,
         traceparent: str | None = None,
     ) -> list[BatchOutcome]:
-        """Submit each item as ``submit`` would, in slices of BATCH_SLICE_JOBS, each
-        slice's accepted jobs in ONE transaction (JobStore.create_many); the outcomes
-        in the items' order.
+        """Submit each item as ``submit`` would, in slices of ``atomic_chunk_size``
+        items, each slice's accepted jobs in ONE transaction (JobWrites.create_many);
+        the outcomes in the items' order.
 
         An item is refused on its own (bad key, task, input or model; over a quota; its
         key naming a different request) and never spoils the others. Quotas count the
@@ -227,11 +239,11 @@ class Intake:
         usage = await self._batch_usage(tenant_id)
         outcomes: list[BatchOutcome] = []
         writing: asyncio.Future[list[BatchOutcome]] | None = None
-        for start in range(0, len(items), BATCH_SLICE_JOBS):
+        for start in range(0, len(items), self._slice_jobs):
             # Checked while the slice before is being written; written once it is.
             prepared = [
                 self._prepared(tenant_id, item, correlation_id, traceparent)
-                for item in items[start : start + BATCH_SLICE_JOBS]
+                for item in items[start : start + self._slice_jobs]
             ]
             usage = self._refuse_over_quota(usage, prepared)
             if writing is not None and not await self._written(writing, outcomes, len(items)):
@@ -306,7 +318,7 @@ class Intake:
         # Only items with a key store an entry; the others ignore the expiry.
         expires_at = now + self._retention_seconds
         stored = iter(
-            await self._store.create_many(jobs, idempotency_expires_at=expires_at, now=now)
+            await self._ledger.create_many(jobs, idempotency_expires_at=expires_at, now=now)
         )
         tenant = metrics.tenant_label(tenant_id)
         final: list[BatchOutcome] = []
@@ -351,7 +363,7 @@ class Intake:
         await self._check_quotas(tenant_id)
         now = job.created_at
         expires_at = now + self._retention_seconds if idempotency_key is not None else None
-        accepted = await self._store.create(job, idempotency_expires_at=expires_at, now=now)
+        accepted = await self._ledger.create(job, idempotency_expires_at=expires_at, now=now)
         if not accepted.created:
             tenant = metrics.tenant_label(tenant_id)
             metrics.child(metrics.IDEMPOTENT_REPLAYS, tenant=tenant).inc()
@@ -415,15 +427,17 @@ class Intake:
 
     def _quota_refusal(self, usage: TenantUsage) -> RequestError | None:
         quotas = self._quotas
+        # Where the engine's counters are an estimate, the refusal says so.
+        about = "" if self._store.capabilities.usage_exact else "about "
         if quotas.max_backlog and usage.unfinished >= quotas.max_backlog:
             return BacklogQuotaExceededError(
-                f"this tenant has {usage.unfinished} unfinished jobs, its limit "
+                f"this tenant has {about}{usage.unfinished} unfinished jobs, its limit "
                 f"(FERRYMAN_TENANT_MAX_BACKLOG) is {quotas.max_backlog}; "
                 "submit again when some have finished"
             )
         if quotas.max_stored_jobs and usage.stored >= quotas.max_stored_jobs:
             return StorageQuotaExceededError(
-                f"this tenant has {usage.stored} stored jobs, its limit "
+                f"this tenant has {about}{usage.stored} stored jobs, its limit "
                 f"(FERRYMAN_TENANT_MAX_STORED_JOBS) is {quotas.max_stored_jobs}; "
                 "old jobs are removed by `ferryman purge` or FERRYMAN_RETENTION_SECONDS"
             )
@@ -444,7 +458,7 @@ class Intake:
         PENDING job; a second message is harmless because the job id is the identity.
         """
         await self._queue.send(QueueMessage.for_job(job))
-        await self._store.mark_dispatched(job.job_id, now=self._clock.now())
+        await self._ledger.mark_dispatched(job.job_id, now=self._clock.now())
         return dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED)
 
 

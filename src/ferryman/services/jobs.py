@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.control import ProviderPause
     from ferryman.ports.results import ResultStore
-    from ferryman.ports.store import JobSummary
+    from ferryman.ports.store import JobReads, JobSummary
     from ferryman.services.ledger import JobLedger
     from ferryman.services.pauses import WaitReasons
 
@@ -115,7 +115,8 @@ class JobQueries:
     def __init__(
         self,
         *,
-        store: JobLedger,
+        store: JobReads,
+        ledger: JobLedger,
         results: ResultStore,
         clock: Clock | None = None,
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
@@ -125,6 +126,7 @@ class JobQueries:
         if list_max_bytes < 1:
             raise ValueError("list_max_bytes must be positive")
         self._store = store
+        self._ledger = ledger
         self._results = results
         # Cancellation is the only write here; its time comes from this clock.
         self._clock: Clock = clock or SystemClock()
@@ -215,7 +217,7 @@ class JobQueries:
         return job, await self._store.events(job_id), await self._store.attempts(job_id)
 
     async def cancel(self, tenant_id: str, job_id: str) -> Job:
-        return await self._store.request_cancel(job_id, tenant_id=tenant_id, now=self._clock.now())
+        return await self._ledger.request_cancel(job_id, tenant_id=tenant_id, now=self._clock.now())
 
     async def _owned(self, tenant_id: str, job_id: str) -> Job:
         job = await self._store.get(job_id, tenant_id=tenant_id)

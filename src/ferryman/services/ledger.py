@@ -30,26 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
     from ferryman.core.changes import Change
-    from ferryman.core.job import (
-        Attempt,
-        AttemptReport,
-        Event,
-        EventKind,
-        Job,
-        JobError,
-        JobStatus,
-    )
+    from ferryman.core.job import AttemptReport, EventKind, Job, JobError
     from ferryman.ports.results import StagedResult
-    from ferryman.ports.store import (
-        Accepted,
-        CreateOutcome,
-        Hint,
-        JobPage,
-        JobStore,
-        TenantUsage,
-        UsageGroup,
-        UsageRow,
-    )
+    from ferryman.ports.store import Accepted, CreateOutcome, Hint, JobStore
 
 # Every retry follows a fresh read, so only a job changing faster than we can read it
 # would exhaust this.
@@ -541,47 +524,15 @@ class JobLedger:
         except JobNotFoundError:
             return
 
-    # --- reads ------------------------------------------------------------------
+    # --- what the worker reads beside its writes ---------------------------------
+    # The job it is about to change, and whether to stop. Everything else is read
+    # from the engine's query port (ports/store.py's JobReads), never through here.
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
         return await self._store.get(job_id, tenant_id=tenant_id)
 
     async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
         return await self._store.get_many(job_ids)
-
-    async def list_jobs(
-        self,
-        *,
-        tenant_id: str | None,
-        status: JobStatus | None = None,
-        task: str | None = None,
-        error_code: str | None = None,
-        job_ids: Collection[str] | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        max_bytes: int | None = None,
-    ) -> JobPage:
-        return await self._store.list_jobs(
-            tenant_id=tenant_id,
-            status=status,
-            task=task,
-            error_code=error_code,
-            job_ids=job_ids,
-            limit=limit,
-            cursor=cursor,
-            max_bytes=max_bytes,
-        )
-
-    async def events(self, job_id: str) -> list[Event]:
-        return await self._store.events(job_id)
-
-    async def attempts(self, job_id: str) -> list[Attempt]:
-        return await self._store.attempts(job_id)
-
-    async def stalled(self, *, now: float, older_than_seconds: float, limit: int) -> list[Job]:
-        return await self._store.stalled(
-            now=now, older_than_seconds=older_than_seconds, limit=limit
-        )
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         return await self._store.cancel_requested(job_ids) if job_ids else set()
@@ -590,28 +541,6 @@ class JobLedger:
     def cancel_hints(self) -> Hint:
         """Nudged when a cancel is requested for a running job (ports/store.py)."""
         return self._store.cancel_hints
-
-    async def usage(self, tenant_id: str) -> TenantUsage:
-        return await self._store.usage(tenant_id)
-
-    async def usage_report(
-        self, *, tenant_id: str | None, start: float, end: float, group_by: UsageGroup
-    ) -> list[UsageRow]:
-        return await self._store.usage_report(
-            tenant_id=tenant_id, start=start, end=end, group_by=group_by
-        )
-
-    async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
-        return await self._store.purge_finished(completed_before=completed_before, limit=limit)
-
-    async def purge_expired_keys(self, *, now: float, limit: int) -> int:
-        return await self._store.purge_expired_keys(now=now, limit=limit)
-
-    async def existing(self, job_ids: Collection[str]) -> set[str]:
-        return await self._store.existing(job_ids) if job_ids else set()
-
-    async def ping(self, *, write: bool = False) -> None:
-        await self._store.ping(write=write)
 
 
 @dataclass(frozen=True, slots=True)

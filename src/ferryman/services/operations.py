@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.control import ControlStore, ProviderPause, Switch
     from ferryman.ports.queue import JobQueue, QueueStats, UndecodableLetter
-    from ferryman.ports.store import JobPage
+    from ferryman.ports.store import JobPage, JobReads
     from ferryman.services.ledger import JobLedger
     from ferryman.services.results import ResultWriter
 
@@ -63,13 +63,15 @@ class Operations:
     def __init__(
         self,
         *,
-        store: JobLedger,
+        store: JobReads,
+        ledger: JobLedger,
         queue: JobQueue,
         control: ControlStore,
         clock: Clock,
         results: ResultWriter | None = None,
     ) -> None:
         self._store = store
+        self._ledger = ledger
         self._queue = queue
         self._control = control
         self._clock = clock
@@ -148,7 +150,7 @@ class Operations:
     ) -> str | None:
         now = self._clock.now()
         try:
-            job = await self._store.replay(
+            job = await self._ledger.replay(
                 job_id, now=now, actor=actor, reason=reason, include_failed=include_failed
             )
         except JobNotFoundError:
@@ -165,9 +167,9 @@ class Operations:
                 at=now, actor=actor, action=AuditAction.REPLAY, target=job_id, reason=reason
             )
         )
-        if not self._store.enqueues_with_job:
+        if not self._ledger.enqueues_with_job:
             await self._queue.send(QueueMessage.for_job(job))
-            await self._store.mark_dispatched(job.job_id, now=self._clock.now())
+            await self._ledger.mark_dispatched(job.job_id, now=self._clock.now())
         return None
 
     async def set_paused(

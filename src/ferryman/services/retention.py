@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from ferryman.core.clock import Clock
     from ferryman.ports.results import ResultStore
-    from ferryman.services.ledger import JobLedger
+    from ferryman.ports.store import JobUpkeep
 
 log = structlog.get_logger("ferryman.retention")
 
@@ -42,7 +42,7 @@ class Retention:
     def __init__(
         self,
         *,
-        store: JobLedger,
+        store: JobUpkeep,
         clock: Clock,
         results: ResultStore | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,

@@ -7,7 +7,7 @@ Two sources of stranded jobs:
 - stalled jobs whose message is gone or was never sent (outbox gap, expired
   lease with its message dead-lettered while a live owner still held the job):
   the sweeper sends a new message. A job whose message is still queued is not
-  stalled, however long it waits for a free worker (JobStore.stalled): its next
+  stalled, however long it waits for a free worker (JobUpkeep.stalled): its next
   delivery takes it over. Where the engine can, the message goes in the same
   transaction as the REDISPATCHED event, so a job that finished meanwhile gets
   neither. Duplicates are harmless, since a job id, not a message, is the identity,
@@ -40,6 +40,7 @@ from ferryman.ports.queue import QueueMessage
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
     from ferryman.ports.queue import DeadLetter, JobQueue
+    from ferryman.ports.store import JobUpkeep
     from ferryman.services.ledger import JobLedger
     from ferryman.services.retention import Retention
 
@@ -63,7 +64,8 @@ class Sweeper:
     def __init__(
         self,
         *,
-        store: JobLedger,
+        store: JobUpkeep,
+        ledger: JobLedger,
         queue: JobQueue,
         clock: Clock,
         interval_seconds: float = 5.0,
@@ -72,6 +74,7 @@ class Sweeper:
         retention_seconds: float | None = None,
     ) -> None:
         self._store = store
+        self._ledger = ledger
         self._queue = queue
         self._clock = clock
         self._interval_seconds = interval_seconds
@@ -140,7 +143,7 @@ class Sweeper:
         return failed
 
     async def _fail_dead_lettered_job(self, letter: DeadLetter) -> bool:
-        job = await self._store.get(letter.message.job_id)
+        job = await self._ledger.get(letter.message.job_id)
         if job is None or job.status.terminal:
             return False
         error = JobError(
@@ -149,7 +152,7 @@ class Sweeper:
             message=f"the job's message was received {letter.receive_count} times "
             "without any attempt recording an outcome",
         )
-        failed = await self._store.fail_unowned(
+        failed = await self._ledger.fail_unowned(
             job.job_id,
             now=self._clock.now(),
             error=error,
@@ -167,13 +170,13 @@ class Sweeper:
         )
         sent = 0
         for job in stalled:
-            if self._store.enqueues_with_job:
+            if self._ledger.enqueues_with_job:
                 # The message goes with the change: none for a job finished meanwhile.
-                if not await self._store.redispatch(job.job_id, now=now):
+                if not await self._ledger.redispatch(job.job_id, now=now):
                     continue
             else:
                 await self._queue.send(QueueMessage.for_job(job))
-                await self._store.mark_dispatched(job.job_id, now=now, redispatch=True)
+                await self._ledger.mark_dispatched(job.job_id, now=now, redispatch=True)
             metrics.REDISPATCHED.inc()
             sent += 1
         return sent

@@ -20,8 +20,7 @@ from ferryman.ports.store import UsageRow
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
-    from ferryman.ports.store import UsageGroup
-    from ferryman.services.ledger import JobLedger
+    from ferryman.ports.store import JobReads, UsageGroup
 
 DEFAULT_PERIOD_SECONDS = 30 * 86_400.0
 # One report covers at most this long: a bounded amount of work per request.
@@ -38,7 +37,7 @@ class UsageReport:
 
 
 class UsageReports:
-    def __init__(self, *, store: JobLedger, clock: Clock) -> None:
+    def __init__(self, *, store: JobReads, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 

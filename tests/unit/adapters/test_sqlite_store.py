@@ -9,10 +9,11 @@ from ferryman.adapters.sqlite import SqliteDatabase, SqliteJobQueue, SqliteJobSt
 from ferryman.core.errors import FailureClass, IdempotencyKeyMismatchError
 from ferryman.core.job import AttemptOutcome, DispatchState, EventKind, JobError, JobStatus
 from ferryman.services.ledger import JobLedger
+from ledger_reads import LedgerWithReads
 
 
 def _ledger(db: SqliteDatabase) -> JobLedger:
-    return JobLedger(SqliteJobStore(db))
+    return LedgerWithReads(SqliteJobStore(db))
 
 
 def _count(db_path, table: str) -> int:

@@ -166,6 +166,7 @@ async def _run_once(world, rig: Rig, scenario: str, *, probe: str = "accepted"):
     delivery."""
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,

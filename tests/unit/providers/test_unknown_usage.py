@@ -90,6 +90,7 @@ async def _run_one(world, provider):
     )
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,
@@ -187,6 +188,7 @@ async def test_the_warning_is_written_once_a_minute_and_counted_every_time(
     )
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,

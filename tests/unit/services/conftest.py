@@ -33,6 +33,7 @@ from ferryman.services.worker import Worker, compose_worker
 from ferryman.services.worker_parts import WorkerParts, WorkerSettings
 from ferryman.tasks import builtin_tasks
 from ferryman.wiring import process_observers
+from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -118,6 +119,7 @@ class World:
     def sweeper(self, **overrides: Any) -> Sweeper:
         options: dict[str, Any] = {
             "store": self.store,
+            "ledger": self.store,
             "queue": self.queue,
             "clock": self.clock,
             "interval_seconds": 0.01,
@@ -233,7 +235,7 @@ def _world(
     max_receives: int = 10,
 ) -> World:
     """A world around an open engine: its ports, the built-in tasks."""
-    store = JobLedger(engine.store, observers=process_observers())
+    store = LedgerWithReads(engine.store, observers=process_observers())
     return World(
         clock=clock,
         store=store,
@@ -243,6 +245,7 @@ def _world(
         provider=provider,
         intake=Intake(
             store=store,
+            ledger=store,
             queue=engine.queue,
             tasks=builtin_tasks(),
             control=engine.control,
@@ -252,8 +255,10 @@ def _world(
             # Tests script the sim model (input.simulate); deployments default to off.
             sim_scripts=True,
         ),
-        jobs=JobQueries(store=store, results=engine.results, clock=clock),
-        operations=Operations(store=store, queue=engine.queue, control=engine.control, clock=clock),
+        jobs=JobQueries(store=store, ledger=store, results=engine.results, clock=clock),
+        operations=Operations(
+            store=store, ledger=store, queue=engine.queue, control=engine.control, clock=clock
+        ),
         retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
         lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
         max_receives=max_receives,

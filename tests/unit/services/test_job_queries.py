@@ -33,7 +33,11 @@ async def finished_jobs(world, count: int, *, tenant: str = "t1") -> list[str]:
 
 def queries(world, *, list_max_bytes: int) -> JobQueries:
     return JobQueries(
-        store=world.store, results=world.results, clock=world.clock, list_max_bytes=list_max_bytes
+        store=world.store,
+        ledger=world.store,
+        results=world.results,
+        clock=world.clock,
+        list_max_bytes=list_max_bytes,
     )
 
 

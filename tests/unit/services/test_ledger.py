@@ -93,7 +93,7 @@ async def test_a_change_that_lost_a_race_is_decided_again_on_the_job_as_it_now_i
     assert after is not None
     assert after.status is JobStatus.CANCELLED
     assert await ledger.get(job.job_id) == after
-    kinds = [e.kind for e in await ledger.events(job.job_id)]
+    kinds = [e.kind for e in await store.events(job.job_id)]
     assert kinds[-2:] == [EventKind.CANCEL_REQUESTED, EventKind.CANCELLED]
     assert EventKind.SUCCEEDED not in kinds
 

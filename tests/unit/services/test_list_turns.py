@@ -113,7 +113,7 @@ async def test_a_tenant_s_lists_read_two_at_a_time_and_others_go_ahead(make_worl
     await world.submit("a job", tenant="t1")
     await world.submit("another tenant's", tenant="t2")
     held = HeldLists(world.store)
-    jobs = JobQueries(store=held, results=world.results, clock=world.clock)
+    jobs = JobQueries(store=held, ledger=world.store, results=world.results, clock=world.clock)
 
     heavy = [asyncio.create_task(jobs.list("t1")) for _ in range(5)]
     await until(lambda: len(held.inside) >= 2)

@@ -80,6 +80,7 @@ def _catalog(primary, *fallbacks):
 async def _submit(world, catalog, prompt="hi"):
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,

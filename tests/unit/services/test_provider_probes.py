@@ -80,6 +80,7 @@ def gateway() -> Gateway:
 async def _submit(world, catalog, *, tenant: str = "t1", prompt: str = "hi"):
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,

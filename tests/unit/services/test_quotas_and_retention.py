@@ -14,6 +14,7 @@ from ferryman.tasks import builtin_tasks
 def _intake(world, **quotas) -> Intake:
     return Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,

@@ -279,7 +279,7 @@ async def test_a_redispatch_restarts_the_stall_clock(make_world):
 async def test_a_job_stalls_after_two_minutes_by_default(make_world):
     world = make_world()
     await _orphaned(world, lease_seconds=0.5)
-    sweeper = Sweeper(store=world.store, queue=world.queue, clock=world.clock)
+    sweeper = Sweeper(store=world.store, ledger=world.store, queue=world.queue, clock=world.clock)
 
     world.clock.advance(119)
     assert (await sweeper.sweep_once()).redispatched == 0

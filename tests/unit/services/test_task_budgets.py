@@ -30,6 +30,7 @@ async def test_a_task_with_one_attempt_fails_after_its_first_retryable_failure(m
     tasks.register(careful)
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=tasks,
         control=world.control,

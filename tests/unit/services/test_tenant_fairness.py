@@ -80,6 +80,7 @@ async def test_with_sim_scripts_off_a_script_is_refused_and_nothing_is_stored(ma
     world = make_world()
     intake = Intake(
         store=world.store,
+        ledger=world.store,
         queue=world.queue,
         tasks=builtin_tasks(),
         control=world.control,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ferryman.core.fairness import fair_pick
-from ferryman.ports.queue import DeadLetter, Delivery, QueueStats
+from ferryman.ports.queue import DeadLetter, Delivery, QueueCapabilities, QueueStats
 
 if TYPE_CHECKING:
     from ferryman.core.clock import Clock
@@ -31,6 +31,10 @@ class _Stored:
     receive_count: int = 0
     # The token of the latest receive: only that receipt may delete or re-hide it.
     token: str | None = None
+
+
+# Receives take tenants in turn, fewest in flight first (core.fairness.fair_pick).
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True)
 
 
 class InMemoryJobQueue:
@@ -49,6 +53,10 @@ class InMemoryJobQueue:
         self._dead: dict[str, DeadLetter] = {}
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
+
+    @property
+    def capabilities(self) -> QueueCapabilities:
+        return QUEUE_CAPABILITIES
 
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None:
         async with self._changed:

@@ -22,7 +22,7 @@ from ferryman.core.errors import IdempotencyKeyMismatchError, StateConflictError
 from ferryman.core.idempotency import IdempotencyEntry
 from ferryman.core.job import WAITING_STATUSES, AttemptOutcome, DispatchState, JobStatus
 from ferryman.ports.queue import QueueMessage
-from ferryman.ports.store import Accepted, TenantUsage, UsageGroup, UsageRow
+from ferryman.ports.store import Accepted, StoreCapabilities, TenantUsage, UsageGroup, UsageRow
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
@@ -36,13 +36,24 @@ if TYPE_CHECKING:
 class InMemoryJobStore:
     """Jobs, idempotency entries, attempts and events in memory (tests and demos)."""
 
-    def __init__(self, *, queue: InMemoryJobQueue | None = None) -> None:
+    def __init__(
+        self, *, queue: InMemoryJobQueue | None = None, max_atomic_batch: int | None = None
+    ) -> None:
+        """``max_atomic_batch``: refuse a ``create_many`` of more jobs than this, as an
+        engine whose transactions hold a bounded number of items does (DynamoDB: 100),
+        so tests can hold the services to a limit; None, as this engine is: no limit."""
         self._queue = queue
+        self._capabilities = StoreCapabilities(max_atomic_batch=max_atomic_batch)
         self._jobs: dict[str, Job] = {}
         self._keys: dict[tuple[str, str], IdempotencyEntry] = {}
         self._history = JobHistory()
         self._lock = asyncio.Lock()
         self._cancel_hints = Wakeup()
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        # One lock over dicts: any batch is all-or-nothing, and usage counts the dicts.
+        return self._capabilities
 
     @property
     def enqueues_with_job(self) -> bool:
@@ -62,6 +73,9 @@ class InMemoryJobStore:
     async def create_many(
         self, changes: Sequence[Change], *, idempotency_expires_at: float | None
     ) -> list[CreateOutcome]:
+        limit = self._capabilities.max_atomic_batch
+        if limit is not None and len(changes) > limit:
+            raise ValueError(f"a transaction of this store holds at most {limit} new jobs")
         async with self._lock:
             # Checked before anything is written, so a refused batch leaves nothing.
             ids = [change.job_id for change in changes]

@@ -20,6 +20,7 @@ from ferryman.ports.queue import (
     DeadLetter,
     DeadLetterReason,
     Delivery,
+    QueueCapabilities,
     QueueMessage,
     QueueStats,
     UndecodableLetter,
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 
 def _rows(rowcount: int, _row: object) -> int:
     return rowcount
+
+
+# Receives take tenants in turn, fewest in flight first (core.fairness.fair_pick).
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True)
 
 
 class PostgresJobQueue:
@@ -51,6 +56,10 @@ class PostgresJobQueue:
         self._max_receives = max_receives
         self._poll_interval_seconds = poll_interval_seconds
         self._tenant_cursor = messages.TenantCursor()
+
+    @property
+    def capabilities(self) -> QueueCapabilities:
+        return QUEUE_CAPABILITIES
 
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None:
         now = self._clock.now()

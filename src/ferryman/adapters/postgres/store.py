@@ -15,7 +15,14 @@ from ferryman.adapters.postgres import jobops
 from ferryman.adapters.postgres.messages import split_receipt
 from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
-from ferryman.ports.store import LIST_ITEM_BYTES, Accepted, JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import (
+    LIST_ITEM_BYTES,
+    Accepted,
+    JobPage,
+    StoreCapabilities,
+    TenantUsage,
+    UsageRow,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -34,6 +41,9 @@ _FIRST_PAGE = "\U0010ffff"
 PING_TIMEOUT_SECONDS = 2.0
 
 
+STORE_CAPABILITIES = StoreCapabilities(max_atomic_batch=None, usage_exact=True)
+
+
 class PostgresJobStore:
     """Every write is one transaction; a change is one conditional UPDATE plus its rows."""
 
@@ -42,6 +52,12 @@ class PostgresJobStore:
         self._clock = clock
         # Every accept asks: concurrent asks share a read that started after each asked.
         self._usage: SharedRead[str, TenantUsage] = SharedRead(self._read_usage)
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        # One transaction takes any number of rows: a batch is all-or-nothing whatever
+        # its size, and the usage counters move in the transaction of each change.
+        return STORE_CAPABILITIES
 
     @property
     def enqueues_with_job(self) -> bool:

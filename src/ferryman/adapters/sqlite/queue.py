@@ -14,6 +14,7 @@ from ferryman.ports.queue import (
     DeadLetter,
     DeadLetterReason,
     Delivery,
+    QueueCapabilities,
     QueueMessage,
     QueueStats,
     Received,
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import TenantBudget
 
     Decide = Callable[[Delivery, Job | None], Change | None]
+
+
+# Receives take tenants in turn, fewest in flight first (core.fairness.fair_pick).
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True)
 
 
 class SqliteJobQueue:
@@ -54,6 +59,10 @@ class SqliteJobQueue:
         # (wake-up generation when it began, loop time, its budget) of the last look
         # that found fewer messages than it could take; None once one found a full batch.
         self._last_empty: tuple[int, float, TenantBudget | None] | None = None
+
+    @property
+    def capabilities(self) -> QueueCapabilities:
+        return QUEUE_CAPABILITIES
 
     async def send(self, message: QueueMessage, *, delay_seconds: float = 0.0) -> None:
         now = self._clock.now()

@@ -16,7 +16,14 @@ from ferryman.adapters.job_rows import (
 from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.errors import StoreUnavailableError
-from ferryman.ports.store import LIST_ITEM_BYTES, Accepted, JobPage, TenantUsage, UsageRow
+from ferryman.ports.store import (
+    LIST_ITEM_BYTES,
+    Accepted,
+    JobPage,
+    StoreCapabilities,
+    TenantUsage,
+    UsageRow,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -38,12 +45,21 @@ WRITE_FAILURE_MEMORY_SECONDS = 10.0
 _FIRST_PAGE = "\U0010ffff"
 
 
+STORE_CAPABILITIES = StoreCapabilities(max_atomic_batch=None, usage_exact=True)
+
+
 class SqliteJobStore:
     """Every write is one op of the group-commit writer (one BEGIN IMMEDIATE)."""
 
     def __init__(self, db: SqliteDatabase, *, clock: Clock | None = None) -> None:
         self._db = db
         self._clock = clock
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        # One write transaction takes any number of rows: a batch is all-or-nothing
+        # whatever its size, and usage is counted in the transaction of each change.
+        return STORE_CAPABILITIES
 
     @property
     def enqueues_with_job(self) -> bool:

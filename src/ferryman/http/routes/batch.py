@@ -4,7 +4,9 @@ The request is refused whole only for what concerns all of it (authentication, t
 rate limit, paused intake, the body's size, an envelope that is not
 ``{"jobs": [1..1000 items]}``, an Idempotency-Key header); otherwise the answer is
 200 with one entry per item, in order: the item's job (the 202 body of a single
-submission, with ``replayed``) or the problem the item would have got alone.
+submission, with ``replayed``) or the problem the item would have got alone, and
+``atomic_chunk_size``: the items were stored in consecutive all-or-nothing chunks of
+at most that many (services/intake.py; the engine's ``max_atomic_batch``).
 
 The body is parsed off the event loop (http/batch_bodies.py), and its jobs stored,
 within one of the process's few batch turns: a batch waiting for its turn holds only
@@ -78,7 +80,7 @@ async def submit_batch(request: Request, principal: UnmeteredTenant) -> JsonBody
         if len(items) > paid:
             await spend(request, principal, cost=len(items) - paid, paid=paid)
         outcomes = await _submitted(request, principal, items)
-    return JsonBody({"results": outcomes})
+    return JsonBody({"results": outcomes, "atomic_chunk_size": deps.intake.atomic_chunk_size})
 
 
 async def _submitted(
