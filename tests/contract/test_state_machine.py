@@ -284,7 +284,8 @@ class EngineLifecycle(RuleBasedStateMachine):
         want = self.expected(self._claim_rule(ids[winner], workers[winner], lease))
         assert not isinstance(want, Exception)
         assert want is not None
-        assert results[winner].job == want.after
+        # The loser read the job again and found it taken: both see it as the winner left it.
+        assert [got.job for got in results] == [want.after, want.after]
         self.absorb(want)
 
     @precondition(lambda self: self.model.fence > 0)
@@ -346,6 +347,14 @@ class EngineLifecycle(RuleBasedStateMachine):
     def release(self, choice: str | int) -> None:
         """The owner gives the job back (shutdown)."""
         self.owner_step(choice, "release", report=AttemptReport(outcome=AttemptOutcome.ABANDONED))
+
+    @precondition(lambda self: self.model.fence > 0)
+    @rule(choice=attempts)
+    def wait_for_provider(self, choice: str | int) -> None:
+        """The owner's provider refused our credentials: the job waits in the queue again."""
+        report = AttemptReport(outcome=AttemptOutcome.ABANDONED)
+        error = _error(FailureClass.UNAUTHORIZED, code="unauthorized")
+        self.owner_step(choice, "wait_for_provider", error=error, report=report)
 
     # --- clients, operators and the sweeper ---------------------------------------
 
