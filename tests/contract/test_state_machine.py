@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import secrets
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -570,7 +571,9 @@ def test_every_engine_keeps_what_core_decides(
         opener = _sqlite(tmp_path / secrets.token_hex(4))
     else:
         opener = _memory(outbox=engine == "memory-outbox")
-    run_state_machine_as_test(
-        lambda: EngineLifecycle(opener),
-        settings=settings(MACHINE_SETTINGS, max_examples=EXAMPLES[engine]),
-    )
+    chosen = settings(MACHINE_SETTINGS, max_examples=EXAMPLES[engine])
+    if os.environ.get("MUTANT_UNDER_TEST"):
+        # mutmut asks only whether a mutant fails the test: shrinking the failing run
+        # to its shortest (up to a minute on PostgreSQL) would tell it nothing more.
+        chosen = settings(chosen, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    run_state_machine_as_test(lambda: EngineLifecycle(opener), settings=chosen)
