@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from ferryman.core.cursors import cursor_after
 from ferryman.core.errors import FailureClass
 from ferryman.core.job import (
     Attempt,
@@ -197,7 +198,9 @@ def summary_page(rows: Sequence[Row], *, limit: int, max_bytes: int) -> JobPage:
     listed = 0
     for row in rows:
         if len(jobs) == limit or (jobs and row["through_bytes"] > max_bytes):
-            return JobPage(jobs=jobs, next_cursor=jobs[-1].job_id, listed_bytes=listed)
+            return JobPage(
+                jobs=jobs, next_cursor=cursor_after(jobs[-1].job_id), listed_bytes=listed
+            )
         jobs.append(summary_from_row(row))
         listed = row["through_bytes"]
     return JobPage(jobs=jobs, next_cursor=None, listed_bytes=listed)

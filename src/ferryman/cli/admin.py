@@ -264,7 +264,10 @@ async def _dead_letters(
 
     async with existing_database(s) as runtime:
         operations = runtime.operations
-        page = await operations.dead_letters(limit, cursor)
+        try:
+            page = await operations.dead_letters(limit, cursor)
+        except RequestError as exc:  # a cursor no list gave (core/cursors.py)
+            fail(f"--cursor: {exc.message}", EXIT_USAGE)
         count = (await operations.queue_stats()).undecodable_letters
         first = (await operations.undecodable_letters(SHOWN_IN_LIST)).letters if count else []
         return page, _Undecodable(count=count, first=first)

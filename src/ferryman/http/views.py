@@ -24,6 +24,7 @@ from fastapi import Query
 from fastapi.responses import JSONResponse
 from pydantic import StringConstraints
 
+from ferryman.core.cursors import CURSOR_PATTERN
 from ferryman.core.models import usd
 from ferryman.http.timestamps import rfc3339
 from ferryman.services.jobs import MAX_LIST_JOB_IDS
@@ -44,10 +45,9 @@ TIME_DETAIL_FIELDS = frozenset({"not_before"})
 
 # A job id as ferryman makes them (core/ids.py): ``gen_`` and a ULID.
 JOB_ID_PATTERN = r"^gen_[0-9A-HJKMNP-TV-Z]{26}$"
-# A page cursor is the next_cursor of an earlier page: today the id of the last job
-# it held. Anything else is refused with 422, never read as "from the start" or
-# passed to the store.
-CURSOR_PATTERN = JOB_ID_PATTERN
+# A page cursor is the next_cursor of an earlier page (core/cursors.py writes and reads
+# it). Anything else is refused with 422, never read as "from the start" or passed to
+# the store.
 Cursor = Annotated[
     str | None,
     Query(pattern=CURSOR_PATTERN, description="The next_cursor of the previous page."),

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ferryman.core.clock import SystemClock
+from ferryman.core.cursors import cursor_after
 from ferryman.core.errors import (
     InvalidRequestError,
     JobNotFoundError,
@@ -193,7 +194,7 @@ class JobQueries:
         ]
         if len(items) < len(page.jobs):
             # The results filled the page first: the next one starts after the last served.
-            return JobListPage(items=items, next_cursor=items[-1].summary.job_id)
+            return JobListPage(items=items, next_cursor=cursor_after(items[-1].summary.job_id))
         return JobListPage(items=items, next_cursor=page.next_cursor)
 
     async def history(

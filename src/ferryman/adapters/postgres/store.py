@@ -15,6 +15,7 @@ from ferryman.adapters.postgres import jobops
 from ferryman.adapters.postgres.messages import split_receipt
 from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
+from ferryman.core.cursors import position_of
 from ferryman.ports.store import (
     LIST_ITEM_BYTES,
     Accepted,
@@ -185,13 +186,14 @@ class PostgresJobStore:
         max_bytes: int | None = None,
     ) -> JobPage:
         limit = max(1, limit)
+        before = _FIRST_PAGE if cursor is None else position_of(cursor)
         if job_ids is not None and not job_ids:
             return JobPage(jobs=[], next_cursor=None)
         budget = UNLIMITED_BYTES if max_bytes is None else max_bytes
         params: dict[str, Any] = {
             "tenant_id": tenant_id,
             "job_ids": None if job_ids is None else list(job_ids),
-            "before": cursor or _FIRST_PAGE,
+            "before": before,
             "status": None if status is None else str(status),
             "task": task,
             "error_code": error_code,
