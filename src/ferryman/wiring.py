@@ -150,14 +150,14 @@ def _results_error(path: Path, reason: str) -> ConfigurationError:
 
 def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
     return EngineOptions(
-        max_receives=settings.max_receives,
+        max_receives=settings.retries.max_receives,
         create=create,
-        sqlite_synchronous=settings.sqlite_synchronous,
-        postgres_pool_min_size=settings.postgres_pool_min_size,
+        sqlite_synchronous=settings.sqlite.synchronous,
+        postgres_pool_min_size=settings.postgres.pool_min_size,
         postgres_pool_max_size=max(
-            settings.postgres_pool_min_size, settings.postgres_pool_max_size
+            settings.postgres.pool_min_size, settings.postgres.pool_max_size
         ),
-        postgres_connect_timeout_seconds=settings.postgres_connect_timeout_seconds,
+        postgres_connect_timeout_seconds=settings.postgres.connect_timeout_seconds,
     )
 
 
@@ -211,23 +211,23 @@ class Runtime:
             clock=self.clock,
             lease=s.lease_policy(),
             retry=s.retry_policy(),
-            concurrency=concurrency or s.worker_concurrency,
-            provider_timeout_seconds=s.provider_timeout_seconds,
+            concurrency=concurrency or s.worker.concurrency,
+            provider_timeout_seconds=s.worker.provider_timeout_seconds,
             provider_timeouts=s.provider_timeouts(),
-            attempt_timeout_seconds=s.attempt_timeout_seconds,
+            attempt_timeout_seconds=s.worker.attempt_timeout_seconds,
             worker_id=new_worker_id(socket.gethostname(), os.getpid()),
             failpoints=s.failpoint_set(),
-            shutdown_grace_seconds=s.shutdown_grace_seconds,
-            receive_wait_seconds=s.receive_wait_seconds,
-            receive_linger_seconds=s.receive_linger_seconds,
-            max_receives=s.max_receives,
-            tenant_max_share=s.tenant_max_share,
-            cancel_check_seconds=s.cancel_check_seconds,
+            shutdown_grace_seconds=s.worker.shutdown_grace_seconds,
+            receive_wait_seconds=s.worker.receive_wait_seconds,
+            receive_linger_seconds=s.worker.receive_linger_seconds,
+            max_receives=s.retries.max_receives,
+            tenant_max_share=s.tenants.max_share,
+            cancel_check_seconds=s.worker.cancel_check_seconds,
             budgets=call_budgets(s),
             shared_limits=self.shared_limits,
             probe_schedule=ProbeSchedule(
-                initial_seconds=s.provider_probe_initial_seconds,
-                maximum_seconds=s.provider_probe_max_seconds,
+                initial_seconds=s.worker.provider_probe_initial_seconds,
+                maximum_seconds=s.worker.provider_probe_max_seconds,
             ),
         )
 
@@ -241,10 +241,10 @@ class Runtime:
             store=self.store,
             queue=self.queue,
             clock=self.clock,
-            interval_seconds=self.settings.sweep_interval_seconds,
+            interval_seconds=self.settings.sweeper.interval_seconds,
             stalled_after_seconds=self.settings.stalled_seconds,
             retention=self.new_retention(),
-            retention_seconds=self.settings.retention_seconds,
+            retention_seconds=self.settings.sweeper.retention_seconds,
         )
 
 
@@ -253,7 +253,7 @@ def _results_store(settings: Settings, engine: Engine) -> tuple[ResultStore, str
     if directory is None:
         return engine.results, f"in the {engine.name} database"
     # The store creates its directory on the first put (fsyncing each new level).
-    store = FileResultStore(directory, min_free_bytes=settings.results_min_free_bytes)
+    store = FileResultStore(directory, min_free_bytes=settings.results.min_free_bytes)
     return store, str(Path(directory).resolve())
 
 
@@ -264,7 +264,7 @@ def build_catalog(settings: Settings, *, providers_on_first_use: bool = False) -
     Providers are made now, so a missing key stops the process at start; with
     ``providers_on_first_use`` each is made when first asked to call or check its model
     (for processes that call none)."""
-    providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim_scripts)}
+    providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim.scripts)}
     for name, provider in settings.providers.items():
         make = functools.partial(build_provider, name, provider, settings)
         providers[name] = _ProviderOnFirstUse(name, make) if providers_on_first_use else make()
@@ -405,7 +405,7 @@ async def open_runtime(
 def _build(
     settings: Settings, engine: Engine, clock: Clock, *, tasks: TaskRegistry, catalog: ModelCatalog
 ) -> Runtime:
-    metrics.configure(tenant_labels=settings.metrics_tenant_labels)
+    metrics.configure(tenant_labels=settings.http.metrics_tenant_labels)
     store = JobLedger(engine.store)
     queue = engine.queue
     results, results_location = _results_store(settings, engine)
@@ -431,19 +431,19 @@ def _build(
             tasks=tasks,
             control=control,
             clock=clock,
-            idempotency_retention_seconds=settings.idempotency_retention_seconds,
+            idempotency_retention_seconds=settings.http.idempotency_retention_seconds,
             catalog=catalog,
             quotas=TenantQuotas(
-                max_backlog=settings.tenant_max_backlog,
-                max_stored_jobs=settings.tenant_max_stored_jobs,
+                max_backlog=settings.tenants.max_backlog,
+                max_stored_jobs=settings.tenants.max_stored_jobs,
             ),
-            sim_scripts=settings.sim_scripts,
+            sim_scripts=settings.sim.scripts,
         ),
         jobs=JobQueries(
             store=store,
             results=results,
             clock=clock,
-            list_max_bytes=settings.list_max_bytes,
+            list_max_bytes=settings.http.list_max_bytes,
             waits=WaitReasons(catalog=catalog, control=control),
         ),
         operations=Operations(

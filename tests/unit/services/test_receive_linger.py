@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ferryman.config import Settings
+from ferryman.config import WorkerSettings
 from ferryman.core.job import JobStatus
 from ferryman.ports.queue import QueueMessage
 from ferryman.services.worker import Worker
@@ -240,4 +240,4 @@ async def test_a_slot_freed_by_a_tenant_at_its_share_ends_the_linger(make_world,
 
 def test_a_worker_lingers_as_the_setting_does_by_default():
     default = inspect.signature(Worker).parameters["receive_linger_seconds"].default
-    assert default == Settings.model_fields["receive_linger_seconds"].default
+    assert default == WorkerSettings().receive_linger_seconds
