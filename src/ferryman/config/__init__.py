@@ -400,6 +400,12 @@ class _EnvSource(EnvSettingsSource):
         # The flat variables from before sections (FERRYMAN_WORKER_CONCURRENCY) name no
         # field, so the base class never looks them up; _Nested moves them to their place.
         data = super().__call__()
+        for section, model in SECTIONS.items():
+            # FERRYMAN_WORKER__CONCURENCY is left out, as FERRYMAN_MAX_RECIEVES is:
+            # every command warns about it, naming the closest variable, and doctor fails.
+            table = data.get(section)
+            if isinstance(table, dict):
+                data[section] = {k: v for k, v in table.items() if k in model.model_fields}
         for flat in FLAT_NAMES:
             value = self.env_vars.get(env_name(flat).lower())  # read case-insensitively
             if value is not None:
