@@ -6,6 +6,10 @@ Only wiring.py, http/ and cli/ read Settings; everything else takes explicit
 arguments. Rules that relate several values (provider timeout < lease, ...) are
 not enforced here but reported by ``ferryman doctor``, so a questionable setup
 still starts and can be diagnosed.
+
+Knobs live in sections (sections.py: ``[worker] concurrency``,
+FERRYMAN_WORKER__CONCURRENCY), and each keeps the flat name it had before sections
+(``worker_concurrency``, FERRYMAN_WORKER_CONCURRENCY), still read: names.py.
 """
 
 from __future__ import annotations
@@ -235,7 +239,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./ferryman.db"
     results_url: str = "file://./ferryman-results"
 
-    # The engines (an engine to come, aws, adds its section beside these).
+    # The engines and the file result store (an engine to come, aws, adds its section
+    # beside these, in sections.py).
     sqlite: SqliteSettings = Field(default_factory=SqliteSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     results: ResultsSettings = Field(default_factory=ResultsSettings)
