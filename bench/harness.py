@@ -28,7 +28,7 @@ from ferryman.services.intake import Intake, SubmitRequest
 from ferryman.services.ledger import JobLedger
 from ferryman.services.results import ResultWriter
 from ferryman.services.worker import Worker, compose_worker
-from ferryman.services.worker_parts import WorkerParts, WorkerSettings
+from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 from ferryman.tasks import builtin_tasks
 from ferryman.wiring import process_observers
 
@@ -95,7 +95,7 @@ class Stack:
             clock=self.clock,
             observers=self.store.observers,
         )
-        settings = WorkerSettings(
+        settings = WorkerOptions(
             worker_id="bench",
             concurrency=concurrency,
             lease=lease or LeasePolicy(),

@@ -241,18 +241,18 @@ def _server(stack: Stack, parser: str) -> tuple[_QuietServer, ApiKeys]:
         api_keys=api_keys,
         usage=UsageReports(store=stack.store.store, clock=stack.clock),
         clock=stack.clock,
-        max_body_bytes=s.max_body_bytes,
-        body_timeout_seconds=s.body_timeout_seconds,
-        tenant_rate_per_second=s.tenant_rate_per_second,
-        tenant_burst=s.tenant_burst,
-        tenant_read_rate_per_second=s.tenant_read_rate_per_second,
-        tenant_read_burst=s.tenant_read_burst,
+        max_body_bytes=s.http.max_body_bytes,
+        body_timeout_seconds=s.http.body_timeout_seconds,
+        tenant_rate_per_second=s.tenants.rate_per_second,
+        tenant_burst=s.tenants.burst,
+        tenant_read_rate_per_second=s.tenants.read_rate_per_second,
+        tenant_read_burst=s.tenants.read_burst,
         tasks=stack.tasks,
     )
     limits = ConnectionLimits(
-        header_timeout_seconds=s.header_timeout_seconds,
-        keepalive_timeout_seconds=s.keepalive_timeout_seconds,
-        max_connections=s.max_connections,
+        header_timeout_seconds=s.http.header_timeout_seconds,
+        keepalive_timeout_seconds=s.http.keepalive_timeout_seconds,
+        max_connections=s.http.max_connections,
     )
     config = server_config(create_app(deps), limits, shutdown_grace_seconds=1.0, parser=parser)
     config.lifespan = "off"

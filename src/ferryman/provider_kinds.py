@@ -39,7 +39,7 @@ class ProviderFactory:
 
 
 def _simulated(name: str, provider: ProviderSettings, settings: Settings) -> ModelProvider:
-    return SimulatedProvider(name=name, scripts=settings.sim_scripts)
+    return SimulatedProvider(name=name, scripts=settings.sim.scripts)
 
 
 def _openai(name: str, provider: ProviderSettings, settings: Settings) -> ModelProvider:

@@ -63,7 +63,7 @@ from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
 from ferryman.services.worker import Worker, compose_worker
-from ferryman.services.worker_parts import WorkerParts, WorkerSettings
+from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 from ferryman.tasks import TaskDefinitionError, builtin_tasks, declared_task, load_task_modules
 
 if TYPE_CHECKING:
@@ -136,14 +136,14 @@ def _results_error(path: Path, reason: str) -> ConfigurationError:
 
 def engine_options(settings: Settings, *, create: bool = True) -> EngineOptions:
     return EngineOptions(
-        max_receives=settings.max_receives,
+        max_receives=settings.retries.max_receives,
         create=create,
-        sqlite_synchronous=settings.sqlite_synchronous,
-        postgres_pool_min_size=settings.postgres_pool_min_size,
+        sqlite_synchronous=settings.sqlite.synchronous,
+        postgres_pool_min_size=settings.postgres.pool_min_size,
         postgres_pool_max_size=max(
-            settings.postgres_pool_min_size, settings.postgres_pool_max_size
+            settings.postgres.pool_min_size, settings.postgres.pool_max_size
         ),
-        postgres_connect_timeout_seconds=settings.postgres_connect_timeout_seconds,
+        postgres_connect_timeout_seconds=settings.postgres.connect_timeout_seconds,
     )
 
 
@@ -197,28 +197,28 @@ class Runtime:
             clock=self.clock,
             observers=self.store.observers,
         )
-        settings = WorkerSettings(
+        options = WorkerOptions(
             worker_id=new_worker_id(socket.gethostname(), os.getpid()),
-            concurrency=concurrency or s.worker_concurrency,
+            concurrency=concurrency or s.worker.concurrency,
             lease=s.lease_policy(),
             retry=s.retry_policy(),
-            max_receives=s.max_receives,
-            tenant_max_share=s.tenant_max_share,
-            shutdown_grace_seconds=s.shutdown_grace_seconds,
-            receive_wait_seconds=s.receive_wait_seconds,
-            receive_linger_seconds=s.receive_linger_seconds,
-            cancel_check_seconds=s.cancel_check_seconds,
+            max_receives=s.retries.max_receives,
+            tenant_max_share=s.tenants.max_share,
+            shutdown_grace_seconds=s.worker.shutdown_grace_seconds,
+            receive_wait_seconds=s.worker.receive_wait_seconds,
+            receive_linger_seconds=s.worker.receive_linger_seconds,
+            cancel_check_seconds=s.worker.cancel_check_seconds,
             probe_schedule=ProbeSchedule(
-                initial_seconds=s.provider_probe_initial_seconds,
-                maximum_seconds=s.provider_probe_max_seconds,
+                initial_seconds=s.worker.provider_probe_initial_seconds,
+                maximum_seconds=s.worker.provider_probe_max_seconds,
             ),
         )
         return compose_worker(
             parts,
-            settings,
+            options,
             timeouts=attempt_timeouts(
-                s.provider_timeout_seconds,
-                attempt_timeout_seconds=s.attempt_timeout_seconds,
+                s.worker.provider_timeout_seconds,
+                attempt_timeout_seconds=s.worker.attempt_timeout_seconds,
                 provider_timeouts=s.provider_timeouts(),
             ),
             budgets=call_budgets(s),
@@ -236,10 +236,10 @@ class Runtime:
             ledger=self.store,
             queue=self.queue,
             clock=self.clock,
-            interval_seconds=self.settings.sweep_interval_seconds,
+            interval_seconds=self.settings.sweeper.interval_seconds,
             stalled_after_seconds=self.settings.stalled_seconds,
             retention=self.new_retention(),
-            retention_seconds=self.settings.retention_seconds,
+            retention_seconds=self.settings.sweeper.retention_seconds,
         )
 
 
@@ -250,7 +250,7 @@ def build_catalog(settings: Settings, *, providers_on_first_use: bool = False) -
     Providers are made now, so a missing key stops the process at start; with
     ``providers_on_first_use`` each is made when first asked to call or check its model
     (for processes that call none)."""
-    providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim_scripts)}
+    providers: dict[str, ModelProvider] = {SIM: SimulatedProvider(scripts=settings.sim.scripts)}
     for name, provider in settings.providers.items():
         make = functools.partial(build_provider, name, provider, settings)
         providers[name] = _ProviderOnFirstUse(name, make) if providers_on_first_use else make()
@@ -380,7 +380,7 @@ async def open_runtime(
                 settings.database_url, clock=clock, options=engine_options(settings, create=create)
             ) as engine,
             open_result_store(
-                results_url(settings), engine, min_free_bytes=settings.results_min_free_bytes
+                results_url(settings), engine, min_free_bytes=settings.results.min_free_bytes
             ) as results,
         ):
             yield _build(settings, engine, results, clock, tasks=tasks, catalog=catalog)
@@ -405,7 +405,7 @@ def _build(
     tasks: TaskRegistry,
     catalog: ModelCatalog,
 ) -> Runtime:
-    metrics.configure(tenant_labels=settings.metrics_tenant_labels)
+    metrics.configure(tenant_labels=settings.http.metrics_tenant_labels)
     # The writes; readers take engine.store itself.
     store = JobLedger(engine.store, observers=process_observers(settings.failpoint_set()))
     queue = engine.queue
@@ -433,20 +433,20 @@ def _build(
             tasks=tasks,
             control=control,
             clock=clock,
-            idempotency_retention_seconds=settings.idempotency_retention_seconds,
+            idempotency_retention_seconds=settings.http.idempotency_retention_seconds,
             catalog=catalog,
             quotas=TenantQuotas(
-                max_backlog=settings.tenant_max_backlog,
-                max_stored_jobs=settings.tenant_max_stored_jobs,
+                max_backlog=settings.tenants.max_backlog,
+                max_stored_jobs=settings.tenants.max_stored_jobs,
             ),
-            sim_scripts=settings.sim_scripts,
+            sim_scripts=settings.sim.scripts,
         ),
         jobs=JobQueries(
             store=engine.store,
             ledger=store,
             results=results,
             clock=clock,
-            list_max_bytes=settings.list_max_bytes,
+            list_max_bytes=settings.http.list_max_bytes,
             waits=WaitReasons(catalog=catalog, control=control),
         ),
         operations=Operations(

@@ -26,7 +26,7 @@ from ferryman.services.observers import JobObserver, Observers
 from ferryman.services.results import ResultWriter
 from ferryman.services.verdicts import Verdict
 from ferryman.services.worker import compose_worker
-from ferryman.services.worker_parts import WorkerParts, WorkerSettings
+from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 from ferryman.tasks import builtin_tasks
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ async def test_an_observer_sees_every_step_of_a_worker(engine, recorder, job_fac
         clock=engine.clock,
         observers=engine.store.observers,
     )
-    settings = WorkerSettings(
+    settings = WorkerOptions(
         worker_id="observed",
         concurrency=4,
         lease=LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),

@@ -75,9 +75,10 @@ async def test_polling_never_costs_a_submission(
 
     # Poll far past the submission burst (a shared budget would refuse these, or the
     # submit after them), within the read burst.
-    assert settings.tenant_burst * 3 < settings.tenant_read_burst
+    assert settings.tenants.burst * 3 < settings.tenants.read_burst
     polls = [
-        await client.get(f"/v1/generations/{job_id}") for _ in range(settings.tenant_read_burst - 2)
+        await client.get(f"/v1/generations/{job_id}")
+        for _ in range(settings.tenants.read_burst - 2)
     ]
 
     assert {p.status_code for p in polls} == {200}

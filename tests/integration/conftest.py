@@ -34,7 +34,7 @@ from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
 from ferryman.services.worker import Worker, compose_worker
-from ferryman.services.worker_parts import WorkerParts, WorkerSettings
+from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 from ferryman.tasks import builtin_tasks
 from ferryman.wiring import process_observers
 from ledger_reads import LedgerWithReads
@@ -127,7 +127,7 @@ class HttpStack:
             clock=self.clock,
             observers=self.store.observers,
         )
-        settings = WorkerSettings(
+        settings = WorkerOptions(
             worker_id="http-test-worker",
             concurrency=8,
             lease=LeasePolicy(lease_seconds=60.0, visibility_timeout_seconds=60.0),

@@ -31,7 +31,7 @@ import typer.main
 import yaml
 
 from ferryman.cli.main import app
-from ferryman.config import Settings
+from ferryman.config import WorkerSettings, known_variables
 from ferryman.engines import engine_name
 from ferryman.wiring import results_directory
 
@@ -45,7 +45,7 @@ COMPOSE = ROOT / "compose.yaml"
 COMPOSE_POSTGRES = ROOT / "compose.postgres.yaml"
 PYPROJECT = ROOT / "pyproject.toml"
 # Every variable a setting reads: a typo in a compose file would be silently ignored.
-KNOWN = {f"FERRYMAN_{field.upper()}" for field in Settings.model_fields}
+KNOWN = known_variables()
 
 # Every instruction the Dockerfile reference defines.
 KNOWN_INSTRUCTIONS = frozenset(
@@ -302,7 +302,7 @@ def test_compose_shares_one_volume_and_lets_calls_in_flight_finish(
     assert set(compose["volumes"]) == {"ferryman-data"}
     for service in services:
         assert "FERRYMAN_DATABASE_URL" not in service.get("environment", {})
-        grace = Settings.model_fields["shutdown_grace_seconds"].default
+        grace = WorkerSettings().shutdown_grace_seconds
         assert float(service["stop_grace_period"].removesuffix("s")) > grace
 
 
@@ -323,7 +323,7 @@ def test_the_postgres_variant_runs_postgres_an_api_and_two_workers(
         service = services[name]
         assert service["build"] == "." and service["image"] == services["api"]["image"]
         assert service["command"] == [name] and name in commands
-        grace = Settings.model_fields["shutdown_grace_seconds"].default
+        grace = WorkerSettings().shutdown_grace_seconds
         assert float(service["stop_grace_period"].removesuffix("s")) > grace
     assert services["worker"]["deploy"]["replicas"] == 2
     assert services["worker"]["healthcheck"] == {"disable": True}

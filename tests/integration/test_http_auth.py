@@ -259,10 +259,10 @@ async def test_the_default_budgets_are_the_deployments(
     settings = Settings()
     submitted = await acme.post("/v1/generations", json=GENERATE)
     listed = await acme.get("/v1/generations")
-    assert submitted.headers["RateLimit-Policy"].startswith(f'"submit";q={settings.tenant_burst};')
+    assert submitted.headers["RateLimit-Policy"].startswith(f'"submit";q={settings.tenants.burst};')
     assert listed.headers["RateLimit-Policy"] == (
-        f'"read";q={settings.tenant_read_burst};'
-        f"w={settings.tenant_read_burst // int(settings.tenant_read_rate_per_second)}"
+        f'"read";q={settings.tenants.read_burst};'
+        f"w={settings.tenants.read_burst // int(settings.tenants.read_rate_per_second)}"
     )
 
 

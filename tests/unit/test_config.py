@@ -9,6 +9,8 @@ import pytest
 
 from ferryman.adapters.files.store import DEFAULT_MIN_FREE_BYTES
 from ferryman.config import (
+    FLAT_NAMES,
+    SECTIONS,
     ConfigurationError,
     Settings,
     env_name,
@@ -33,27 +35,32 @@ def test_defaults_follow_the_public_contract() -> None:
     s = load_settings()
     assert s.database_url == "sqlite:///./ferryman.db"
     assert s.results_url == "file://./ferryman-results"
-    assert (s.host, s.port, s.url, s.api_key) == ("127.0.0.1", 8000, "http://127.0.0.1:8000", None)
-    assert s.worker_concurrency == 64
-    assert (s.lease_seconds, s.visibility_timeout_seconds) == (60, 60)
-    assert (s.max_attempts, s.max_receives) == (5, 10)
-    assert s.idempotency_retention_seconds == 86400
-    assert s.max_body_bytes == 262144
+    assert (s.http.host, s.http.port, s.client.url, s.client.api_key) == (
+        "127.0.0.1",
+        8000,
+        "http://127.0.0.1:8000",
+        None,
+    )
+    assert s.worker.concurrency == 64
+    assert (s.worker.lease_seconds, s.worker.visibility_timeout_seconds) == (60, 60)
+    assert (s.retries.max_attempts, s.retries.max_receives) == (5, 10)
+    assert s.http.idempotency_retention_seconds == 86400
+    assert s.http.max_body_bytes == 262144
     assert s.failpoints is None
 
 
 def test_defaults_of_the_extra_knobs() -> None:
     s = load_settings()
-    assert (s.provider_timeout_seconds, s.attempt_timeout_seconds) == (30, 45)
-    assert s.heartbeat_interval_seconds is None
+    assert (s.worker.provider_timeout_seconds, s.worker.attempt_timeout_seconds) == (30, 45)
+    assert s.worker.heartbeat_interval_seconds is None
     assert s.heartbeat_seconds == 20  # min(lease, visibility) / 3
     assert s.stalled_seconds == 120  # visibility + lease
-    assert s.sqlite_synchronous == "FULL"
-    assert (s.tenant_rate_per_second, s.tenant_burst) == (5000, 100)
-    assert (s.log_level, s.log_json) == ("INFO", False)
-    assert (s.receive_wait_seconds, s.receive_linger_seconds) == (1.0, 0.005)
+    assert s.sqlite.synchronous == "FULL"
+    assert (s.tenants.rate_per_second, s.tenants.burst) == (5000, 100)
+    assert (s.log.level, s.log.json_lines) == ("INFO", False)
+    assert (s.worker.receive_wait_seconds, s.worker.receive_linger_seconds) == (1.0, 0.005)
     # The results directory's free-space floor is the file store's own default.
-    assert s.results_min_free_bytes == DEFAULT_MIN_FREE_BYTES == 16 * 1024 * 1024
+    assert s.results.min_free_bytes == DEFAULT_MIN_FREE_BYTES == 16 * 1024 * 1024
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,16 +70,16 @@ def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("FERRYMAN_LOG_JSON", "true")
     monkeypatch.setenv("FERRYMAN_HEARTBEAT_INTERVAL_SECONDS", "7")
     s = load_settings()
-    assert s.lease_seconds == 90
-    assert s.port == 9001
-    assert s.sqlite_synchronous == "NORMAL"
-    assert s.log_json is True
+    assert s.worker.lease_seconds == 90
+    assert s.http.port == 9001
+    assert s.sqlite.synchronous == "NORMAL"
+    assert s.log.json_lines is True
     assert s.heartbeat_seconds == 7
 
 
 def test_an_empty_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FERRYMAN_HEARTBEAT_INTERVAL_SECONDS", "")
-    assert load_settings().heartbeat_interval_seconds is None
+    assert load_settings().worker.heartbeat_interval_seconds is None
 
 
 def test_toml_file_named_by_ferryman_config(
@@ -82,21 +89,21 @@ def test_toml_file_named_by_ferryman_config(
     config.write_text('lease_seconds = 30\nresults_url = "db"\n')
     monkeypatch.setenv("FERRYMAN_CONFIG", str(config))
     s = load_settings()
-    assert s.lease_seconds == 30
+    assert s.worker.lease_seconds == 30
     assert s.results_url == "db"
 
 
 def test_ferryman_toml_in_the_working_directory_is_read(tmp_path: Path) -> None:
     (tmp_path / "ferryman.toml").write_text("max_attempts = 3\n")
-    assert load_settings().max_attempts == 3
+    assert load_settings().retries.max_attempts == 3
 
 
 def test_environment_beats_the_toml_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "ferryman.toml").write_text("lease_seconds = 30\nmax_receives = 7\n")
     monkeypatch.setenv("FERRYMAN_LEASE_SECONDS", "120")
     s = load_settings()
-    assert s.lease_seconds == 120
-    assert s.max_receives == 7
+    assert s.worker.lease_seconds == 120
+    assert s.retries.max_receives == 7
 
 
 def test_a_missing_named_config_file_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,7 +162,7 @@ def test_credentials_are_not_echoed_in_errors() -> None:
 def test_settings_are_frozen() -> None:
     s = load_settings()
     with pytest.raises(ValueError, match="frozen"):
-        s.lease_seconds = 1  # type: ignore[misc]
+        s.worker.lease_seconds = 1  # type: ignore[misc]
 
 
 def test_policies_carry_the_settings() -> None:
@@ -180,8 +187,11 @@ def test_policies_carry_the_settings() -> None:
 
 
 def test_every_setting_and_ferryman_config_are_known_variables() -> None:
-    # A setting added later is known without touching any list.
-    environ = {env_name(field): "1" for field in Settings.model_fields}
+    # A setting added later is known without touching any list: each top-level field
+    # and section, each place in a section, and each flat name from before sections.
+    places = [f"{name}.{field}" for name, model in SECTIONS.items() for field in model.model_fields]
+    names = [*Settings.model_fields, *places, *FLAT_NAMES]
+    environ = {env_name(name): "1" for name in names}
     environ["FERRYMAN_CONFIG"] = "ferryman.toml"
     assert unknown_variables(environ) == []
 

@@ -76,7 +76,7 @@ def settings(**overrides: Any) -> Settings:
     from ferryman.observability.logging import configure_logging  # the server's (structlog)
 
     loaded = client_settings(**overrides)
-    configure_logging(loaded.log_level, loaded.log_json)
+    configure_logging(loaded.log.level, loaded.log.json_lines)
     return loaded
 
 

@@ -54,8 +54,8 @@ def _check(rule: str, value: str, ok: bool, fix: str) -> Check:
 def provider_timeout_below_attempt_timeout(s: Settings) -> Check:
     return _check(
         "provider timeout < attempt timeout",
-        f"{s.provider_timeout_seconds:g}s < {s.attempt_timeout_seconds:g}s",
-        s.provider_timeout_seconds < s.attempt_timeout_seconds,
+        f"{s.worker.provider_timeout_seconds:g}s < {s.worker.attempt_timeout_seconds:g}s",
+        s.worker.provider_timeout_seconds < s.worker.attempt_timeout_seconds,
         "lower FERRYMAN_PROVIDER_TIMEOUT_SECONDS or raise FERRYMAN_ATTEMPT_TIMEOUT_SECONDS",
     )
 
@@ -63,14 +63,14 @@ def provider_timeout_below_attempt_timeout(s: Settings) -> Check:
 def attempt_timeout_within_lease(s: Settings) -> Check:
     return _check(
         "attempt timeout <= lease",
-        f"{s.attempt_timeout_seconds:g}s <= {s.lease_seconds:g}s",
-        s.attempt_timeout_seconds <= s.lease_seconds,
+        f"{s.worker.attempt_timeout_seconds:g}s <= {s.worker.lease_seconds:g}s",
+        s.worker.attempt_timeout_seconds <= s.worker.lease_seconds,
         "raise FERRYMAN_LEASE_SECONDS or lower FERRYMAN_ATTEMPT_TIMEOUT_SECONDS",
     )
 
 
 def heartbeat_within_third_of_lease(s: Settings) -> Check:
-    limit = s.lease_seconds / 3
+    limit = s.worker.lease_seconds / 3
     return _check(
         "heartbeat interval <= lease / 3",
         f"{s.heartbeat_seconds:g}s <= {limit:g}s",
@@ -82,8 +82,8 @@ def heartbeat_within_third_of_lease(s: Settings) -> Check:
 def visibility_above_heartbeat(s: Settings) -> Check:
     return _check(
         "visibility timeout > heartbeat interval",
-        f"{s.visibility_timeout_seconds:g}s > {s.heartbeat_seconds:g}s",
-        s.visibility_timeout_seconds > s.heartbeat_seconds,
+        f"{s.worker.visibility_timeout_seconds:g}s > {s.heartbeat_seconds:g}s",
+        s.worker.visibility_timeout_seconds > s.heartbeat_seconds,
         "raise FERRYMAN_VISIBILITY_TIMEOUT_SECONDS or lower FERRYMAN_HEARTBEAT_INTERVAL_SECONDS",
     )
 
@@ -91,8 +91,8 @@ def visibility_above_heartbeat(s: Settings) -> Check:
 def max_receives_at_least_five(s: Settings) -> Check:
     return _check(
         f"max receives >= {MIN_MAX_RECEIVES}",
-        str(s.max_receives),
-        s.max_receives >= MIN_MAX_RECEIVES,
+        str(s.retries.max_receives),
+        s.retries.max_receives >= MIN_MAX_RECEIVES,
         f"raise FERRYMAN_MAX_RECEIVES to {MIN_MAX_RECEIVES} or more",
     )
 
@@ -100,20 +100,22 @@ def max_receives_at_least_five(s: Settings) -> Check:
 def max_receives_above_max_attempts(s: Settings) -> Check:
     return _check(
         "max receives > max attempts",
-        f"{s.max_receives} > {s.max_attempts}",
-        s.max_receives > s.max_attempts,
-        f"raise FERRYMAN_MAX_RECEIVES above {s.max_attempts} or lower FERRYMAN_MAX_ATTEMPTS",
+        f"{s.retries.max_receives} > {s.retries.max_attempts}",
+        s.retries.max_receives > s.retries.max_attempts,
+        f"raise FERRYMAN_MAX_RECEIVES above {s.retries.max_attempts} or lower FERRYMAN_MAX_ATTEMPTS",
     )
 
 
 def provider_timeouts_below_attempt_timeout(s: Settings) -> Check:
     """A provider's own timeout must leave the attempt (and so the lease) room too."""
     own = {name: p.timeout_seconds for name, p in s.providers.items() if p.timeout_seconds}
-    over = sorted(name for name, seconds in own.items() if seconds >= s.attempt_timeout_seconds)
+    over = sorted(
+        name for name, seconds in own.items() if seconds >= s.worker.attempt_timeout_seconds
+    )
     shown = ", ".join(f"{name} {own[name]:g}s" for name in sorted(own)) or "none set"
     return _check(
         "each provider's timeout < attempt timeout",
-        f"{shown} < {s.attempt_timeout_seconds:g}s",
+        f"{shown} < {s.worker.attempt_timeout_seconds:g}s",
         not over,
         f"lower providers.{over[0]}.timeout_seconds or raise FERRYMAN_ATTEMPT_TIMEOUT_SECONDS"
         if over
@@ -182,7 +184,7 @@ async def check_live(settings: Settings) -> list[Check]:
     results = await asyncio.to_thread(_results_check, directory)
     checks = [*_database_checks(probe), results]
     if directory is not None:  # the floor applies to a results directory only
-        floor = settings.results_min_free_bytes
+        floor = settings.results.min_free_bytes
         checks.append(await asyncio.to_thread(results_free_space, directory, floor))
     return [*checks, *await check_providers(settings)]
 

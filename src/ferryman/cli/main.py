@@ -135,7 +135,7 @@ def _start(
     s = settings()
     try:
         code = run(
-            _run_process(s, host or s.host, s.port if port is None else port, roles),
+            _run_process(s, host or s.http.host, s.http.port if port is None else port, roles),
             event_loop_factory(),
         )
     except StoreUnavailableError as exc:

@@ -159,7 +159,7 @@ class _WaitProgress:
 
 def _client(url: str | None, api_key: str | None, retry_for: float) -> Client:
     s = client_settings()
-    key = api_key or s.api_key
+    key = api_key or s.client.api_key
     if not key:
         fail(
             "no API key: set FERRYMAN_API_KEY or pass --api-key "
@@ -167,7 +167,7 @@ def _client(url: str | None, api_key: str | None, retry_for: float) -> Client:
             EXIT_USAGE,
         )
     client = Client(
-        url or s.url,
+        url or s.client.url,
         key,
         retry_budget_seconds=retry_for,
         wait_for_server=False,

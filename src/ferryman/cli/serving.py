@@ -58,13 +58,13 @@ def app_deps(runtime: Runtime) -> AppDeps:
         api_keys=runtime.api_keys,
         usage=runtime.usage,
         clock=runtime.clock,
-        max_body_bytes=s.max_body_bytes,
-        max_batch_body_bytes=s.max_batch_body_bytes,
-        body_timeout_seconds=s.body_timeout_seconds,
-        tenant_rate_per_second=s.tenant_rate_per_second,
-        tenant_burst=s.tenant_burst,
-        tenant_read_rate_per_second=s.tenant_read_rate_per_second,
-        tenant_read_burst=s.tenant_read_burst,
+        max_body_bytes=s.http.max_body_bytes,
+        max_batch_body_bytes=s.http.max_batch_body_bytes,
+        body_timeout_seconds=s.http.body_timeout_seconds,
+        tenant_rate_per_second=s.tenants.rate_per_second,
+        tenant_burst=s.tenants.burst,
+        tenant_read_rate_per_second=s.tenants.read_rate_per_second,
+        tenant_read_burst=s.tenants.read_burst,
         tasks=runtime.tasks,
         shared_limits=runtime.shared_limits,
     )
@@ -73,11 +73,11 @@ def app_deps(runtime: Runtime) -> AppDeps:
 def connection_limits(runtime: Runtime) -> ConnectionLimits:
     s = runtime.settings
     return ConnectionLimits(
-        header_timeout_seconds=s.header_timeout_seconds,
-        keepalive_timeout_seconds=s.keepalive_timeout_seconds,
-        max_connections=s.max_connections,
-        max_slow_heads=s.max_slow_heads,
-        max_slow_heads_per_client=s.max_slow_heads_per_client,
+        header_timeout_seconds=s.http.header_timeout_seconds,
+        keepalive_timeout_seconds=s.http.keepalive_timeout_seconds,
+        max_connections=s.http.max_connections,
+        max_slow_heads=s.http.max_slow_heads,
+        max_slow_heads_per_client=s.http.max_slow_heads_per_client,
     )
 
 
@@ -120,7 +120,7 @@ def _server(runtime: Runtime) -> _EmbeddedServer:
     config = server_config(
         create_app(app_deps(runtime)),
         connection_limits(runtime),
-        shutdown_grace_seconds=runtime.settings.shutdown_grace_seconds,
+        shutdown_grace_seconds=runtime.settings.worker.shutdown_grace_seconds,
     )
     return _EmbeddedServer(config)
 
@@ -194,14 +194,14 @@ def banner(runtime: Runtime, host: str, port: int, roles: Roles) -> None:
     if roles.api:
         lines.append((f"  API          {url}", ""))
     if roles.worker:
-        concurrency = roles.concurrency or runtime.settings.worker_concurrency
+        concurrency = roles.concurrency or runtime.settings.worker.concurrency
         lines.append((f"  workers      {concurrency} calls in flight at most", ""))
     lines += [
         (f"  database     {runtime.database_path}", ""),
         (f"  results      {runtime.results_location}", ""),
     ]
     if roles.api:
-        lines += _next_steps(url, runtime.settings.url)
+        lines += _next_steps(url, runtime.settings.client.url)
     lines.append(("Stop with Ctrl+C (or SIGTERM): calls in flight finish first.", "dim"))
     for text, style in lines:
         err_console.print(Text(text, style=style))

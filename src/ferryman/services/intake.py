@@ -67,7 +67,7 @@ BATCH_SLICE_JOBS = 100
 class TenantQuotas:
     """What one tenant may hold; 0 means no limit."""
 
-    max_backlog: int = 0  # unfinished jobs
+    max_backlog: int = 100_000  # unfinished jobs (Settings.tenants.max_backlog)
     max_stored_jobs: int = 0  # jobs kept, finished or not
 
 

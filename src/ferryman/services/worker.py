@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import Delivery, Received
     from ferryman.services.attempt import AttemptTimeouts
     from ferryman.services.limiter import CallBudget
-    from ferryman.services.worker_parts import WorkerParts, WorkerSettings
+    from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 
 log = structlog.get_logger("ferryman.worker")
 
@@ -59,7 +59,7 @@ class Worker:
     def __init__(
         self,
         parts: WorkerParts,
-        settings: WorkerSettings,
+        settings: WorkerOptions,
         *,
         runner: AttemptRunner,
         handler: DeliveryHandler,
@@ -347,7 +347,7 @@ async def _wait_any(events: tuple[asyncio.Event | None, ...], seconds: float) ->
 
 def compose_worker(
     parts: WorkerParts,
-    settings: WorkerSettings,
+    settings: WorkerOptions,
     *,
     timeouts: AttemptTimeouts,
     budgets: Mapping[str, CallBudget] | None = None,

@@ -44,7 +44,7 @@ class WorkerParts:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerSettings:
+class WorkerOptions:
     """How one worker process runs. Defaults are Settings' (tests/unit/test_defaults_agree.py)."""
 
     worker_id: str

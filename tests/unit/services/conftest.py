@@ -30,7 +30,7 @@ from ferryman.services.operations import Operations
 from ferryman.services.results import ResultWriter
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.worker import Worker, compose_worker
-from ferryman.services.worker_parts import WorkerParts, WorkerSettings
+from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 from ferryman.tasks import builtin_tasks
 from ferryman.wiring import process_observers
 from ledger_reads import LedgerWithReads
@@ -203,7 +203,7 @@ def _exit_at_once(opening: AbstractAsyncContextManager[Engine]) -> None:
 
 
 _PARTS = {f.name for f in dataclasses.fields(WorkerParts)}
-_SETTINGS = {f.name for f in dataclasses.fields(WorkerSettings)}
+_SETTINGS = {f.name for f in dataclasses.fields(WorkerOptions)}
 _TIMEOUTS = {"attempt_timeout_seconds", "provider_timeouts"}
 
 
@@ -217,7 +217,7 @@ def compose_test_worker(options: dict[str, Any], *, observers: Observers) -> Wor
     parts = WorkerParts(
         observers=observers, **{k: options.pop(k) for k in list(options) if k in _PARTS}
     )
-    settings = WorkerSettings(**{k: options.pop(k) for k in list(options) if k in _SETTINGS})
+    settings = WorkerOptions(**{k: options.pop(k) for k in list(options) if k in _SETTINGS})
     timeouts = attempt_timeouts(
         options.pop("provider_timeout_seconds"),
         **{k: options.pop(k) for k in list(options) if k in _TIMEOUTS},

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from ferryman.config import Settings
+from ferryman.config import WorkerSettings
 from ferryman.core.job import JobStatus
 from ferryman.ports.queue import QueueMessage
-from ferryman.services.worker_parts import WorkerSettings
+from ferryman.services.worker_parts import WorkerOptions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -239,5 +239,5 @@ async def test_a_slot_freed_by_a_tenant_at_its_share_ends_the_linger(make_world,
 
 
 def test_a_worker_lingers_as_the_setting_does_by_default():
-    default = inspect.signature(WorkerSettings).parameters["receive_linger_seconds"].default
-    assert default == Settings.model_fields["receive_linger_seconds"].default
+    default = inspect.signature(WorkerOptions).parameters["receive_linger_seconds"].default
+    assert default == WorkerSettings().receive_linger_seconds

@@ -6,11 +6,14 @@ Only wiring.py, http/ and cli/ read Settings; everything else takes explicit
 arguments. Rules that relate several values (provider timeout < lease, ...) are
 not enforced here but reported by ``ferryman doctor``, so a questionable setup
 still starts and can be diagnosed.
+
+Knobs live in sections (sections.py: ``[worker] concurrency``,
+FERRYMAN_WORKER__CONCURRENCY), and each keeps the flat name it had before sections
+(``worker_concurrency``, FERRYMAN_WORKER_CONCURRENCY), still read: names.py.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tomllib
@@ -28,46 +31,79 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from ferryman.core.errors import FerrymanError
+from ferryman.config.names import (
+    DEFAULT_CONFIG_FILE,
+    ENV_PREFIX,
+    ConfigurationError,
+    closest,
+    describe_error,
+    env_name,
+    may_be_secret,
+    nest_flat_names,
+    section_fields,
+    toml_key,
+)
+from ferryman.config.sections import (
+    FLAT_NAMES,
+    SECTIONS,
+    ClientSettings,
+    HttpSettings,
+    LogSettings,
+    PostgresSettings,
+    ResultsSettings,
+    RetrySettings,
+    SimSettings,
+    SqliteSettings,
+    SweeperSettings,
+    TenantSettings,
+    WorkerSettings,
+)
 from ferryman.core.lease import LeasePolicy
 from ferryman.core.retry import RetryPolicy
 from ferryman.failpoints import Failpoints
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from pydantic.fields import FieldInfo
 
-ENV_PREFIX = "FERRYMAN_"
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_FILE",
+    "ENV_PREFIX",
+    "FLAT_NAMES",
+    "SECTIONS",
+    "SIM",
+    "ClientSettings",
+    "ConfigurationError",
+    "HttpSettings",
+    "LogSettings",
+    "ModelSettings",
+    "PostgresSettings",
+    "ProviderKind",
+    "ProviderSettings",
+    "ResultsSettings",
+    "RetrySettings",
+    "Settings",
+    "SimSettings",
+    "SqliteSettings",
+    "SweeperSettings",
+    "TaskSettings",
+    "TenantSettings",
+    "UnknownVariable",
+    "WorkerSettings",
+    "config_file_path",
+    "env_name",
+    "known_variables",
+    "load_settings",
+    "may_be_secret",
+    "task_files",
+    "unknown_variables",
+]
+
 CONFIG_ENV = "FERRYMAN_CONFIG"
-DEFAULT_CONFIG_FILE = "ferryman.toml"
-_LOG_LEVELS = frozenset({"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"})
-# The value of a setting whose name holds one of these is never echoed back in an error
-# message (api_key, api_key_env, database_url, results_url, base_url, ...): it may be,
-# or hold, a credential.
-_SECRET_NAME_PARTS = ("key", "secret", "token", "password", "url")
 # An environment variable's name (POSIX), which is what api_key_env holds.
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# 16 or more letters and digits with no break: how API keys look, and names do not.
-_KEY_LIKE_RUN = re.compile(r"[A-Za-z0-9]{16,}")
-
-
-def may_be_secret(text: str) -> bool:
-    """Whether a string may be a credential, so a message must not show it: a run of 16
-    or more letters and digits mixing both (OpenAI's, Anthropic's and AWS's keys all
-    have one; OPENAI_API_KEY or a path does not), or a URL with a user in it."""
-    if "@" in text:
-        return True
-    return any(
-        any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
-        for run in _KEY_LIKE_RUN.findall(text)
-    )
-
-
-class ConfigurationError(FerrymanError):
-    """The configuration is not valid."""
-
-    code = "invalid_configuration"
 
 
 def config_file_path() -> Path | None:
@@ -199,89 +235,24 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
     )
 
-    # Where things live.
+    # Where things live: the engine (its own section below) and the result store.
     database_url: str = "sqlite:///./ferryman.db"
     results_url: str = "file://./ferryman-results"
-    # With file:// results, a worker starts no new model call while the directory's
-    # filesystem has less free space than this (0: no floor): an output already paid
-    # for must have somewhere to go. adapters/files/store.py has the same default.
-    results_min_free_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    url: str = "http://127.0.0.1:8000"
-    api_key: str | None = Field(default=None, repr=False)
-    sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
-    # The PostgreSQL engine: each process's connection pool (plus one listening connection).
-    postgres_pool_min_size: int = Field(default=1, ge=1)
-    postgres_pool_max_size: int = Field(default=10, ge=1)
-    postgres_connect_timeout_seconds: float = Field(default=5.0, gt=0)
 
-    # The worker and its timeouts (docs/architecture.md, Timeouts that must agree).
-    worker_concurrency: int = Field(default=64, ge=1)
-    lease_seconds: float = Field(default=60.0, gt=0)
-    visibility_timeout_seconds: float = Field(default=60.0, gt=0)
-    heartbeat_interval_seconds: float | None = Field(default=None, gt=0)
-    provider_timeout_seconds: float = Field(default=30.0, gt=0)
-    attempt_timeout_seconds: float = Field(default=45.0, gt=0)
-    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
-    receive_wait_seconds: float = Field(default=1.0, ge=0)
-    # After a receive that found some work but not a full batch, and left nothing
-    # visible, the next one waits this long so jobs arriving one at a time share a
-    # receive (0 turns it off). A job arriving alone later than that is taken at once.
-    # At most 0.5 s: more would be a mistyped milliseconds figure.
-    receive_linger_seconds: float = Field(default=0.005, ge=0, le=0.5)
-
-    # Budgets and backoff.
-    max_attempts: int = Field(default=5, ge=1)
-    max_receives: int = Field(default=10, ge=1)
-    max_invalid_output_attempts: int = Field(default=2, ge=1)
-    retry_initial_interval_seconds: float = Field(default=1.0, ge=0)
-    retry_backoff_coefficient: float = Field(default=2.0, ge=1)
-    retry_maximum_interval_seconds: float = Field(default=300.0, ge=0)
-
-    # The sweeper.
-    sweep_interval_seconds: float = Field(default=5.0, gt=0)
-    stalled_after_seconds: float | None = Field(default=None, gt=0)
-
-    # The API.
-    idempotency_retention_seconds: float = Field(default=86400.0, gt=0)
-    max_body_bytes: int = Field(default=262144, ge=1)
-    # The body of POST /v1/generations/batch (up to 1,000 jobs), read whole in memory.
-    max_batch_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
-    # Submissions (and cancels) per second per tenant (0 turns the limit off), a batch
-    # counting its items, with bursts of tenant_burst; reads (get, list, events) have
-    # their own budget. The default is about what one API process can accept, so it
-    # never holds back a producer the process could serve (docs/operations.md).
-    tenant_rate_per_second: float = Field(default=5000.0, ge=0)
-    tenant_burst: int = Field(default=100, ge=1)
-    tenant_read_rate_per_second: float = Field(default=200.0, ge=0)
-    tenant_read_burst: int = Field(default=400, ge=1)
-    # A list page stops adding jobs once their results add up to this many bytes.
-    list_max_bytes: int = Field(default=1_048_576, ge=1024)
-    # Slow or silent clients: how long a request's headers and body may take to arrive,
-    # how long an idle keep-alive connection stays open, and how many connections at once.
-    header_timeout_seconds: float = Field(default=10.0, gt=0)
-    body_timeout_seconds: float = Field(default=30.0, gt=0)
-    keepalive_timeout_seconds: float = Field(default=5.0, gt=0)
-    max_connections: int = Field(default=1024, ge=1)
-    # Connections whose request head has taken over a second are counted apart from
-    # max_connections, at most this many in all and from one client address; past
-    # either, the oldest of them is closed (http/slow_heads.py).
-    max_slow_heads: int = Field(default=256, ge=1)
-    max_slow_heads_per_client: int = Field(default=32, ge=1)
-    # Per-tenant series on the unauthenticated /metrics would name every tenant.
-    metrics_tenant_labels: bool = False
-
-    # Tenants sharing workers and storage.
-    # The share of one worker process's slots that one tenant may hold at once.
-    tenant_max_share: float = Field(default=0.5, gt=0, le=1)
-    # Unfinished jobs one tenant may have (0: no limit); over it, submits get 429.
-    tenant_max_backlog: int = Field(default=100_000, ge=0)
-    # Jobs one tenant may have stored, finished or not (0: no limit); over it, 507.
-    tenant_max_stored_jobs: int = Field(default=0, ge=0)
-    # Finished jobs older than this are purged by the sweeper (unset: kept until
-    # `ferryman purge`).
-    retention_seconds: float | None = Field(default=None, gt=0)
+    # The engines and the file result store (an engine to come, aws, adds its section
+    # beside these, in sections.py).
+    sqlite: SqliteSettings = Field(default_factory=SqliteSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    results: ResultsSettings = Field(default_factory=ResultsSettings)
+    # The concerns.
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    client: ClientSettings = Field(default_factory=ClientSettings)
+    tenants: TenantSettings = Field(default_factory=TenantSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    retries: RetrySettings = Field(default_factory=RetrySettings)
+    sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
+    sim: SimSettings = Field(default_factory=SimSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
 
     # Model providers and the aliases jobs name (ferryman.toml tables); the simulated
     # model is always there as provider and alias "sim" unless these say otherwise.
@@ -296,41 +267,17 @@ class Settings(BaseSettings):
     tasks_dir: str | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
 
-    # A provider paused automatically (it refused our credentials, and so did a probe
-    # of it) is probed again this long after the pause, then each wait twice the last,
-    # up to the maximum; it is resumed by itself once a probe passes.
-    provider_probe_initial_seconds: float = Field(default=30.0, gt=0)
-    provider_probe_max_seconds: float = Field(default=600.0, gt=0)
-
-    # The simulated model: may a job's input script it (latency, failures)? Off by
-    # default: a script holds a worker's slots as long as it asks, so only test and
-    # demo deployments (the tutorial, the test suites) turn it on.
-    sim_scripts: bool = False
-    # How often a worker looks for cancel requests on the calls it runs.
-    cancel_check_seconds: float = Field(default=0.5, gt=0)
-
-    # Operations.
-    log_level: str = "INFO"
-    log_json: bool = False
+    # Operations: chaos testing.
     failpoints: str | None = None
 
-    @model_validator(mode="after")
-    def _pool_bounds_in_order(self) -> Settings:
-        if self.postgres_pool_min_size > self.postgres_pool_max_size:
-            raise ValueError(
-                f"postgres_pool_min_size ({self.postgres_pool_min_size}) is above "
-                f"postgres_pool_max_size ({self.postgres_pool_max_size})"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _probe_waits_in_order(self) -> Settings:
-        if self.provider_probe_initial_seconds > self.provider_probe_max_seconds:
-            raise ValueError(
-                f"provider_probe_initial_seconds ({self.provider_probe_initial_seconds:g}) "
-                f"is above provider_probe_max_seconds ({self.provider_probe_max_seconds:g})"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_names_to_sections(cls, data: Any) -> Any:
+        # Settings.model_validate({...}) with flat names; Settings(...) has had its
+        # sources nested already (settings_customise_sources).
+        if isinstance(data, dict):
+            return nest_flat_names(data, str)
+        return data
 
     @model_validator(mode="after")
     def _models_name_known_providers(self) -> Settings:
@@ -356,20 +303,6 @@ class Settings(BaseSettings):
             return tuple(name.strip() for name in value.split(",") if name.strip())
         return value
 
-    @field_validator("sqlite_synchronous", mode="before")
-    @classmethod
-    def _upper_synchronous(cls, value: Any) -> Any:
-        return value.upper() if isinstance(value, str) else value
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _known_log_level(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = value.upper()
-            if value not in _LOG_LEVELS:
-                raise ValueError(f"must be one of {', '.join(sorted(_LOG_LEVELS))}")
-        return value
-
     @field_validator("failpoints")
     @classmethod
     def _parsable_failpoints(cls, value: str | None) -> str | None:
@@ -385,11 +318,15 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        env = _EnvSource(settings_cls)
+        sources: list[PydanticBaseSettingsSource] = [
+            _Nested(init_settings, str, " (keyword arguments)"),
+            _Nested(_EnvSource(settings_cls), env_name),
+        ]
         path = config_file_path()
-        if path is None:
-            return (init_settings, env)
-        return (init_settings, env, TomlConfigSettingsSource(settings_cls, path))
+        if path is not None:
+            toml = TomlConfigSettingsSource(settings_cls, path)
+            sources.append(_Nested(toml, toml_key, f" (in {path})"))
+        return tuple(sources)
 
     # --- derived values -----------------------------------------------------------
 
@@ -412,9 +349,9 @@ class Settings(BaseSettings):
     @property
     def stalled_seconds(self) -> float:
         """How long a job may sit undriven before the sweeper acts on it."""
-        if self.stalled_after_seconds is not None:
-            return self.stalled_after_seconds
-        return self.visibility_timeout_seconds + self.lease_seconds
+        if self.sweeper.stalled_after_seconds is not None:
+            return self.sweeper.stalled_after_seconds
+        return self.worker.visibility_timeout_seconds + self.worker.lease_seconds
 
     def provider_timeout_for(self, provider: str) -> float:
         """The client-side timeout of one provider's calls, whatever its kind: its own
@@ -422,7 +359,7 @@ class Settings(BaseSettings):
         own = self.providers.get(provider)
         if own is not None and own.timeout_seconds is not None:
             return own.timeout_seconds
-        return self.provider_timeout_seconds
+        return self.worker.provider_timeout_seconds
 
     def provider_timeouts(self) -> dict[str, float]:
         """``provider_timeout_for`` of every configured provider, by name."""
@@ -430,18 +367,18 @@ class Settings(BaseSettings):
 
     def lease_policy(self) -> LeasePolicy:
         return LeasePolicy(
-            lease_seconds=self.lease_seconds,
-            visibility_timeout_seconds=self.visibility_timeout_seconds,
-            heartbeat_interval_seconds=self.heartbeat_interval_seconds,
+            lease_seconds=self.worker.lease_seconds,
+            visibility_timeout_seconds=self.worker.visibility_timeout_seconds,
+            heartbeat_interval_seconds=self.worker.heartbeat_interval_seconds,
         )
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
-            initial_interval_seconds=self.retry_initial_interval_seconds,
-            backoff_coefficient=self.retry_backoff_coefficient,
-            maximum_interval_seconds=self.retry_maximum_interval_seconds,
-            max_attempts=self.max_attempts,
-            max_invalid_output_attempts=self.max_invalid_output_attempts,
+            initial_interval_seconds=self.retries.initial_interval_seconds,
+            backoff_coefficient=self.retries.backoff_coefficient,
+            maximum_interval_seconds=self.retries.maximum_interval_seconds,
+            max_attempts=self.retries.max_attempts,
+            max_invalid_output_attempts=self.retries.max_invalid_output_attempts,
         )
 
     def failpoint_set(self) -> Failpoints:
@@ -464,47 +401,57 @@ class _EnvSource(EnvSettingsSource):
             return value, field_name, False
         return super().get_field_value(field, field_name)
 
-
-# Settings read from a variable other than FERRYMAN_<FIELD>.
-_ENV_NAMES = {"tasks_module": f"{ENV_PREFIX}TASKS"}
-
-
-def env_name(field: str) -> str:
-    return _ENV_NAMES.get(field, f"{ENV_PREFIX}{field.upper()}")
-
-
-def _describe(error: dict[str, Any]) -> str:
-    loc = [str(part) for part in error.get("loc", ())]
-    unknown = error.get("type") == "extra_forbidden"
-    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-    if not loc:  # a rule across settings: its message names them (never the input)
-        return message
-    field = loc[0]
-    if len(loc) > 1 or field in _NESTED_FIELDS:
-        # A table's field: name the place. Tasks' values are prompts and schemas, never shown.
-        where = ".".join(loc)
-        variable = "__".join([env_name(field), *(part.upper() for part in loc[1:])])
-        place = f"{where} (in {DEFAULT_CONFIG_FILE}, or {variable})"
-        if unknown:
-            return f"{place}: unknown field"
-        return f"{place}: {message}{_shown_input(loc, error) if field != 'tasks' else ''}"
-    if unknown:
-        return f"{field}: unknown setting (not a ferryman configuration name)"
-    return f"{env_name(field)} (or {field} in {DEFAULT_CONFIG_FILE}): {message}" + _shown_input(
-        loc, error
-    )
+    def __call__(self) -> dict[str, Any]:
+        # The flat variables from before sections (FERRYMAN_WORKER_CONCURRENCY) name no
+        # field, so the base class never looks them up; _Nested moves them to their place.
+        data = super().__call__()
+        for section, model in SECTIONS.items():
+            # FERRYMAN_WORKER__CONCURENCY is left out, as FERRYMAN_MAX_RECIEVES is:
+            # every command warns about it, naming the closest variable, and doctor fails.
+            table = data.get(section)
+            if isinstance(table, dict):
+                data[section] = {k: v for k, v in table.items() if k in model.model_fields}
+        for flat in FLAT_NAMES:
+            value = self.env_vars.get(env_name(flat).lower())  # read case-insensitively
+            if value is not None:
+                data[flat] = value
+        return data
 
 
-def _shown_input(loc: list[str], error: dict[str, Any]) -> str:
-    """``, got VALUE`` for a wrong value it is safe to show; nothing for a value that may
-    be a credential (by the setting's name or by its look) or a whole table."""
-    value = error.get("input")
-    secret_name = any(part in loc[-1].lower() for part in _SECRET_NAME_PARTS)
-    if secret_name or not isinstance(value, str | int | float | bool):
-        return ""
-    if isinstance(value, str) and may_be_secret(value):
-        return ""
-    return f", got {value!r}"
+class _Nested(PydanticBaseSettingsSource):
+    """A source whose flat names (``worker_concurrency``) are moved to their sections
+    before the sources are merged (names.py says why); ``naming`` spells a name as
+    this source does, for the error when both names are given different values."""
+
+    def __init__(
+        self, source: PydanticBaseSettingsSource, naming: Callable[[str], str], where: str = ""
+    ) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+        self._naming = naming
+        self._where = where
+
+    def _set_current_state(self, state: dict[str, Any]) -> None:
+        super()._set_current_state(state)
+        self._source._set_current_state(state)
+
+    def _set_settings_sources_data(self, states: dict[str, dict[str, Any]]) -> None:
+        super()._set_settings_sources_data(states)
+        self._source._set_settings_sources_data(states)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return nest_flat_names(self._source(), self._naming, self._where)
+
+
+# The keyed tables whose fields a misspelt key (providers.NAME.KEY) is compared with.
+_KEYED_TABLES: dict[str, type[BaseModel]] = {
+    "providers": ProviderSettings,
+    "models": ModelSettings,
+    "tasks": TaskSettings,
+}
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -512,7 +459,10 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        lines = [_describe(dict(error)) for error in exc.errors()]
+        lines = [
+            describe_error(dict(error), top_level=Settings.model_fields, tables=_KEYED_TABLES)
+            for error in exc.errors()
+        ]
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(lines)) from None
     except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
         raise ConfigurationError(f"cannot read the configuration file: {exc}") from None
@@ -533,17 +483,20 @@ class UnknownVariable:
         return f"{self.name} is not a ferryman setting and is ignored{hint}"
 
 
-# Settings read as nested tables, whose variables continue after ``__`` (any name).
-_NESTED_FIELDS = frozenset({"providers", "models", "tasks"})
+# Settings read as keyed tables, whose variables continue after ``__`` (any name).
+_TABLE_FIELDS = frozenset({"providers", "models", "tasks"})
 
 
 def known_variables() -> frozenset[str]:
-    """Every variable ferryman reads: one per Settings field, plus FERRYMAN_CONFIG."""
-    return frozenset({CONFIG_ENV, *(env_name(name) for name in Settings.model_fields)})
+    """Every variable ferryman reads: one per top-level field and section (a section's
+    variable holds it as JSON), one per place in a section and per flat name from
+    before sections, plus FERRYMAN_CONFIG."""
+    names = [*Settings.model_fields, *section_fields(), *FLAT_NAMES]
+    return frozenset({CONFIG_ENV, *(env_name(name) for name in names)})
 
 
-def _is_nested(upper_name: str) -> bool:
-    return any(upper_name.startswith(env_name(field) + "__") for field in _NESTED_FIELDS)
+def _is_keyed(upper_name: str) -> bool:
+    return any(upper_name.startswith(env_name(field) + "__") for field in _TABLE_FIELDS)
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownVariable]:
@@ -558,10 +511,10 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownV
     found: list[UnknownVariable] = []
     for name in sorted(env):
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in known or _is_nested(upper):
+        if not upper.startswith(ENV_PREFIX) or upper in known or _is_keyed(upper):
             continue
-        close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, n=1)
-        found.append(UnknownVariable(name=name, closest=suffixes[close[0]] if close else None))
+        near = closest(upper.removeprefix(ENV_PREFIX), suffixes)
+        found.append(UnknownVariable(name=name, closest=suffixes[near] if near else None))
     return found
 
 
