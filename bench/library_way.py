@@ -9,19 +9,15 @@ WAYS is ``ours`` (nothing replaced) or a comma-separated list of:
 
 hot_path     ``POST /v1/generations`` goes through FastAPI's router like every other
              route: the ``SubmitHotPath`` middleware is left out of the app
-head_holding the llhttp protocol writes a response's head and body as uvicorn does, in
-             two sends: no ``HeadHoldingTransport``. The protocol subclass stays, with
-             every limit it adds (header deadline, connection cap, slow heads, head
-             bound): those are safety, not speed, and are kept either way
 client_http  the clients send over httpx's own default transport (httpcore's pool)
              instead of ``client/http11.py`` / ``client/http11_sync.py`` / the eight
              httpx pools of ``client/pool.py``
 sharded_pool ``AsyncClient`` sends plain http through ``client/pool.py``'s eight httpx pools,
              as it does https: how the https client is measured without a TLS server
              (the pools' bookkeeping does not depend on the scheme)
-lock_wait    the SQLite writer waits for another process's write lock with SQLite's
-             busy handler (``PRAGMA busy_timeout``, the same 10 s) instead of
-             ``adapters/sqlite/writer.begin_immediate``'s short retries
+
+The removed exceptions' ways (``head_holding``, ``lock_wait``) are in this file at
+commit 31dc8b8, with the code they measured.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Callable
 
 
@@ -43,15 +38,6 @@ def _router_for_submit() -> None:
         return app
 
     app_module.SubmitHotPath = no_hot_path  # type: ignore[assignment,misc]
-
-
-def _uvicorn_writes() -> None:
-    import ferryman.http.connections as connections
-
-    def unwrapped(transport: Any, _loop: Any) -> Any:
-        return transport
-
-    connections.HeadHoldingTransport = unwrapped  # type: ignore[assignment,misc]
 
 
 def _httpx_transport() -> None:
@@ -73,27 +59,10 @@ def _sharded_on_http() -> None:
     async_client.Http11Transport = ShardedTransport  # type: ignore[assignment,misc]
 
 
-def _sqlite_busy_handler() -> None:
-    import ferryman.adapters.sqlite.migrations as migrations
-    import ferryman.adapters.sqlite.writer as writer
-
-    def begin_with_busy_handler(conn: sqlite3.Connection, *, patience_seconds: float) -> None:
-        # The writer's connection was opened with a busy timeout of 0 (ours waits
-        # itself); SQLite's handler waits the same patience instead. Set on every
-        # BEGIN: one pragma, no I/O.
-        conn.execute(f"PRAGMA busy_timeout = {int(patience_seconds * 1000)}")
-        conn.execute("BEGIN IMMEDIATE")
-
-    writer.begin_immediate = begin_with_busy_handler
-    migrations.begin_immediate = begin_with_busy_handler
-
-
 WAYS: dict[str, Callable[[], None]] = {
     "hot_path": _router_for_submit,
-    "head_holding": _uvicorn_writes,
     "client_http": _httpx_transport,
     "sharded_pool": _sharded_on_http,
-    "lock_wait": _sqlite_busy_handler,
 }
 
 
