@@ -204,6 +204,7 @@ def _mapped(
         raise error_class(str(exc) or type(exc).__name__) from exc
 
 
+# speed exception: see docs/design-notes.md, Speed exceptions
 class Http11Transport(httpx.AsyncBaseTransport):
     """HTTP/1.1 keep-alive connections to plain ``http://`` origins."""
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 DEFAULT_SHARDS = 8
 
 
+# speed exception: see docs/design-notes.md, Speed exceptions
 class ShardedTransport(httpx.AsyncBaseTransport):
     """``shards`` httpx transports sharing ``limits.max_connections`` between them."""
 

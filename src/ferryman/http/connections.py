@@ -21,10 +21,11 @@ head: half a header line holds a socket, and its memory, forever. Its
   (http/slow_heads.py), so header-dripping sockets never refuse a request that has
   its head;
 - ``keepalive_timeout_seconds`` with sub-second precision;
-- over llhttp, h11's 16 KiB bound on a request head (llhttp has none): a 400;
-- over llhttp, a response's head and the first write of its body leave in one send
-  (``HeadHoldingTransport``): uvicorn writes them apart, two system calls and two
-  TCP segments, and a client often wakes for the head only to wait again for the body.
+- over llhttp, h11's 16 KiB bound on a request head (llhttp has none): a 400.
+
+These are safety, not speed: the subclasses exist for them. Responses are written as
+uvicorn writes them (docs/design-notes.md, "Speed exceptions", on the head and body
+that used to leave in one send).
 
 The body deadline is enforced in the app (http/body_limit.py), where a 408 can
 still be sent.
@@ -33,7 +34,7 @@ still be sent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -210,11 +211,6 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._note_client(transport)
-        # Every write and close of this connection, the response cycles' and the
-        # protocol's own (a 400, a shutdown, a keep-alive timeout), goes through the one
-        # holding transport, so a held head is sent, in order, before anything after it
-        # and before the connection closes.
-        self.transport = cast("asyncio.Transport", HeadHoldingTransport(transport, self.loop))
         self._arm_header_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -244,51 +240,6 @@ class LimitedHttpToolsProtocol(_Limited, HttpToolsProtocol):
             # Raised inside a parser callback, it surfaces as httptools' parser error,
             # which uvicorn answers with a 400 and Connection: close.
             raise HeadTooLargeError()
-
-
-class HeadHoldingTransport:
-    """The connection as its protocol and response cycles write to it: a write that
-    ends a head (a blank line) is held until the next write, which takes it along, so a
-    head and its body leave in one send. Whatever is still held when the loop comes
-    round (a head with no body write after it in the same step, a final chunk, a 100
-    Continue) is sent then; a close or an end of writing sends it first."""
-
-    __slots__ = ("_held", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._held: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            data = held + data
-        elif data.endswith(b"\r\n\r\n"):
-            self._held = data
-            self._loop.call_soon(self._flush)
-            return
-        self._transport.write(data)
-
-    def _flush(self) -> None:
-        held, self._held = self._held, None
-        if held is not None and not self._transport.is_closing():
-            self._transport.write(held)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def write_eof(self) -> None:
-        self._flush()
-        self._transport.write_eof()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 class HeadTooLargeError(Exception):

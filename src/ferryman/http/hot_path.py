@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 
+# speed exception: see docs/design-notes.md, Speed exceptions
 class SubmitHotPath:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
