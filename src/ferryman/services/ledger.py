@@ -24,6 +24,13 @@ from ferryman.core.errors import (
     StateConflictError,
 )
 from ferryman.ports.store import AcksWithOutcome, AppliesMany, PublishesWithResult
+from ferryman.services.claim_rules import (
+    ClaimRequest,
+    ClaimResult,
+    claim_result,
+    claim_rule,
+    requested_rule,
+)
 from ferryman.services.observers import Observers
 
 if TYPE_CHECKING:
@@ -34,23 +41,11 @@ if TYPE_CHECKING:
     from ferryman.ports.results import StagedResult
     from ferryman.ports.store import Accepted, CreateOutcome, Hint, JobStore
 
+__all__ = ["MAX_CONFLICTS", "ClaimRequest", "ClaimResult", "JobLedger", "LeaseStatus"]
+
 # Every retry follows a fresh read, so only a job changing faster than we can read it
 # would exhaust this.
 MAX_CONFLICTS = 50
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    """The job after a claim, or as found when it could not be claimed.
-
-    ``dead_lettered``: instead of a new attempt, the claim found that too many
-    deliveries had ended without an outcome and failed the job (core.changes.claim).
-    """
-
-    job: Job
-    claimed: bool
-    abandoned_attempt_id: str | None = None
-    dead_lettered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +222,7 @@ class JobLedger:
         max_deliveries_without_outcome: int,
         known: Job | None = None,
     ) -> ClaimResult:
-        rule = _claim_rule(
+        rule = claim_rule(
             attempt_id=attempt_id,
             worker_id=worker_id,
             now=now,
@@ -235,20 +230,20 @@ class JobLedger:
             max_deliveries_without_outcome=max_deliveries_without_outcome,
         )
         job, change = await self._mutate(job_id, rule, known=known)
-        return _claim_result(job, change)
+        return claim_result(job, change)
 
     @staticmethod
     def claim_change(request: ClaimRequest, job: Job) -> Change | None:
         """The change ``claim`` would write for the job as given (core's claim rule),
         or None when it cannot be claimed now. For an engine that writes it itself
         under the same revision check (ports/queue.py's ClaimsOnReceive)."""
-        return _requested_rule(request)(job)
+        return requested_rule(request)(job)
 
     def claimed(self, change: Change) -> ClaimResult:
         """What ``claim`` returns for a claim change that was written (by the engine's
         receive itself: ports/queue.py's ClaimsOnReceive); its observers see it here."""
         self._observers.changed(change)
-        return _claim_result(change.after, change)
+        return claim_result(change.after, change)
 
     async def claim_many(self, claims: Sequence[ClaimRequest]) -> list[ClaimResult | Exception]:
         """``claim`` for each request, in order; the changes of the jobs as the requests
@@ -258,7 +253,7 @@ class JobLedger:
         that failed on its own has its exception in its place, so it never hides the
         others' results (a job claimed and then left alone would wait for its lease to
         end, and count a delivery without an outcome)."""
-        rules = [_requested_rule(c) for c in claims]
+        rules = [requested_rule(c) for c in claims]
         proposed = [rule(c.known) for rule, c in zip(rules, claims, strict=True)]
         to_apply = [change for change in proposed if change is not None]
         applied = iter(await self._apply_many(to_apply)) if to_apply else iter(())
@@ -272,14 +267,14 @@ class JobLedger:
                 results.append(written)
             elif written:
                 self._observers.changed(change)
-                results.append(_claim_result(change.after, change))
+                results.append(claim_result(change.after, change))
             else:  # it moved under us: read it again and decide again, alone
                 try:
                     job, again = await self._mutate(claim.known.job_id, rule)
                 except Exception as exc:  # noqa: BLE001 - that claim's caller gets it
                     results.append(exc)
                 else:
-                    results.append(_claim_result(job, again))
+                    results.append(claim_result(job, again))
         return results
 
     async def _apply_many(self, batch: Sequence[Change]) -> Sequence[bool | Exception]:
@@ -541,63 +536,6 @@ class JobLedger:
     def cancel_hints(self) -> Hint:
         """Nudged when a cancel is requested for a running job (ports/store.py)."""
         return self._store.cancel_hints
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRequest:
-    """One claim of ``claim_many``: the job as the worker read it, and the new attempt."""
-
-    known: Job
-    attempt_id: str
-    worker_id: str
-    now: float
-    lease_until: float
-    max_deliveries_without_outcome: int
-
-
-def _claim_rule(
-    *,
-    attempt_id: str,
-    worker_id: str,
-    now: float,
-    lease_until: float,
-    max_deliveries_without_outcome: int,
-) -> Callable[[Job], Change | None]:
-    def rule(job: Job) -> Change | None:
-        try:
-            return changes.claim(
-                job,
-                attempt_id=attempt_id,
-                worker_id=worker_id,
-                now=now,
-                lease_until=lease_until,
-                max_deliveries_without_outcome=max_deliveries_without_outcome,
-            )
-        except IllegalTransitionError:
-            return None
-
-    return rule
-
-
-def _requested_rule(request: ClaimRequest) -> Callable[[Job], Change | None]:
-    return _claim_rule(
-        attempt_id=request.attempt_id,
-        worker_id=request.worker_id,
-        now=request.now,
-        lease_until=request.lease_until,
-        max_deliveries_without_outcome=request.max_deliveries_without_outcome,
-    )
-
-
-def _claim_result(job: Job, change: Change | None) -> ClaimResult:
-    if change is None:
-        return ClaimResult(job=job, claimed=False)
-    abandoned = change.closed[0].attempt_id if change.closed else None
-    if change.opened is None:
-        return ClaimResult(
-            job=job, claimed=False, abandoned_attempt_id=abandoned, dead_lettered=True
-        )
-    return ClaimResult(job=job, claimed=True, abandoned_attempt_id=abandoned)
 
 
 def _reraise(error: BaseException) -> bool:
