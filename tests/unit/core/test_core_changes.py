@@ -8,6 +8,7 @@ job's last one, and the attempt rows opened or closed.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -223,6 +224,15 @@ def test_a_change_leaves_the_job_it_was_computed_from_alone(jobs: Jobs) -> None:
         snapshot = dataclasses.replace(before)
         transition(before)
         assert before == snapshot
+
+
+def test_a_rules_update_names_fields_of_the_job_typed_as_on_the_job() -> None:
+    # What the update leaves out is not a rule's to change: what intake fixed, and the
+    # revision and event number only a change sets.
+    job_types = typing.get_type_hints(Job)
+    update_types = typing.get_type_hints(JobUpdate)
+    assert update_types.items() <= job_types.items()
+    assert {"revision", "event_seq", "tenant_id", "job_id", "input"}.isdisjoint(update_types)
 
 
 # --- intake and dispatch ---------------------------------------------------------------
