@@ -10,7 +10,10 @@ all in the same transaction. A change whose condition fails is recomputed from t
 job as it now is (services/ledger.py), so a rule is always applied to current facts.
 
 Every change advances ``revision`` by one and numbers its events after the job's
-``event_seq``, so no engine needs a query to number them.
+``event_seq``, so no engine needs a query to number them. A rule (core/job.py) says
+which fields change; the change makes the job after it with one ``dataclasses.replace``
+of those fields and its revision and event number together, so a transition copies
+its ~30-field job once.
 
 A finished job's history ends with its terminal event, unless an operator replays it:
 a change to a job that was finished and stays finished carries no event (a late
@@ -39,15 +42,11 @@ from ferryman.core.job import (
     Job,
     JobError,
     JobStatus,
+    JobUpdate,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    # A job's copy, checked by mypy as dataclasses.replace (see core/job.py).
-    from dataclasses import replace as evolve
-else:
-    from ferryman.core.job import evolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +104,8 @@ class Change:
 
 def _change(
     before: Job | None,
-    after: Job,
+    job: Job,
+    update: JobUpdate,
     *,
     now: float,
     events: Sequence[tuple[EventKind, dict[str, Any]]] = (),
@@ -113,11 +113,18 @@ def _change(
     closed: Sequence[AttemptEnding] = (),
     enqueue: bool = False,
 ) -> Change:
+    """The change that gives ``job`` (``before``, or a new job when that is None) the
+    rule's ``update``, this change's revision and its events' numbers."""
     revision = 0 if before is None else before.revision
     seq = 0 if before is None else before.event_seq
-    if events and before is not None and before.status.terminal and after.status.terminal:
+    if (
+        events
+        and before is not None
+        and before.status.terminal
+        and update.get("status", before.status).terminal
+    ):
         raise IllegalTransitionError("a finished job's history ends with its terminal event")
-    job_id = after.job_id
+    job_id = job.job_id
     # A list made, then frozen: cheaper than a generator for the one or two events.
     numbered = tuple(
         [
@@ -125,31 +132,17 @@ def _change(
             for i, (kind, detail) in enumerate(events, start=1)
         ]
     )
+    # The one copy of the job this change makes.
+    after = dataclasses.replace(job, **update, revision=revision + 1, event_seq=seq + len(numbered))
     return Change(
         before=before,
-        after=_stamped(before, after, revision + 1, seq + len(numbered)),
+        after=after,
         at=now,
         events=numbered,
         opened=opened,
         closed=tuple(closed),
         enqueue=enqueue,
     )
-
-
-def _stamped(before: Job | None, after: Job, revision: int, event_seq: int) -> Job:
-    """``after`` with this change's revision and event_seq.
-
-    A rule (core/job.py) returns either the job it was given, unchanged, or a copy it
-    has just made, which nothing else holds yet: that copy is stamped where it is
-    rather than copied a second time (a copy is most of what a transition costs). The
-    job a rule was given is never written to.
-    """
-    if after is before:
-        return evolve(after, revision=revision, event_seq=event_seq)
-    # Past the frozen __setattr__, as the dataclass's own __init__ sets its fields.
-    object.__setattr__(after, "revision", revision)
-    object.__setattr__(after, "event_seq", event_seq)
-    return after
 
 
 def _error_detail(error: JobError) -> dict[str, Any]:
@@ -161,17 +154,14 @@ def _error_detail(error: JobError) -> dict[str, Any]:
 
 def accept(job: Job, *, now: float, dispatched: bool) -> Change:
     """A new job. ``dispatched``: the engine writes its message in the same transaction."""
-    after = evolve(
-        job,
+    update = JobUpdate(
         status=JobStatus.QUEUED,
         dispatch_state=DispatchState.DISPATCHED if dispatched else DispatchState.PENDING,
-        revision=0,
-        event_seq=0,
     )
     events: list[tuple[EventKind, dict[str, Any]]] = [(EventKind.ACCEPTED, {})]
     if dispatched:
         events.append((EventKind.DISPATCHED, {}))
-    return _change(None, after, now=now, events=events, enqueue=dispatched)
+    return _change(None, job, update, now=now, events=events, enqueue=dispatched)
 
 
 def mark_dispatched(
@@ -185,7 +175,7 @@ def mark_dispatched(
     and its history has ended."""
     if job.status.terminal:
         return None
-    after = evolve(job, dispatch_state=DispatchState.DISPATCHED, updated_at=now)
+    update = JobUpdate(dispatch_state=DispatchState.DISPATCHED, updated_at=now)
     if redispatch:
         detail = {"status": str(job.status), "dispatch_state": str(job.dispatch_state)}
         events = [(EventKind.REDISPATCHED, detail)]
@@ -193,7 +183,7 @@ def mark_dispatched(
         events = [(EventKind.DISPATCHED, {})]
     else:
         events = []
-    return _change(job, after, now=now, events=events, enqueue=enqueue)
+    return _change(job, job, update, now=now, events=events, enqueue=enqueue)
 
 
 # --- the worker's claim -------------------------------------------------------------
@@ -224,11 +214,13 @@ def claim(
     if abandoned is not None:
         closed.append(_abandoned(abandoned, now))
         events.append((EventKind.ATTEMPT_ABANDONED, {"attempt_id": abandoned}))
-    if claimed.deliveries_without_outcome >= max_deliveries_without_outcome:
-        return _dead_letter(job, claimed.deliveries_without_outcome, now, events, closed)
+    deliveries = claimed["deliveries_without_outcome"]
+    if deliveries >= max_deliveries_without_outcome:
+        return _dead_letter(job, deliveries, now, events, closed)
+    attempt_no = claimed["fence"]
     opened = Attempt(
         job_id=job.job_id,
-        attempt_no=claimed.fence,
+        attempt_no=attempt_no,
         attempt_id=attempt_id,
         worker_id=worker_id,
         started_at=now,
@@ -236,9 +228,9 @@ def claim(
         task=job.task,
         model=job.model,
     )
-    detail = {"attempt_id": attempt_id, "attempt_no": claimed.fence, "worker_id": worker_id}
+    detail = {"attempt_id": attempt_id, "attempt_no": attempt_no, "worker_id": worker_id}
     events.append((EventKind.CLAIMED, detail))
-    return _change(job, claimed, now=now, events=events, opened=opened, closed=closed)
+    return _change(job, job, claimed, now=now, events=events, opened=opened, closed=closed)
 
 
 def _dead_letter(
@@ -254,11 +246,10 @@ def _dead_letter(
         message=f"{deliveries} deliveries of this job ended without any attempt "
         "recording an outcome (crashes or lost leases)",
     )
-    after = evolve(
-        rules.fail_unowned(job, now=now, error=error), deliveries_without_outcome=deliveries
-    )
+    update = rules.fail_unowned(job, now=now, error=error)
+    update["deliveries_without_outcome"] = deliveries
     events.append((EventKind.DEAD_LETTERED, {"deliveries_without_outcome": deliveries}))
-    return _change(job, after, now=now, events=events, closed=closed)
+    return _change(job, job, update, now=now, events=events, closed=closed)
 
 
 def _abandoned(attempt_id: str, now: float) -> AttemptEnding:
@@ -272,7 +263,7 @@ def _abandoned(attempt_id: str, now: float) -> AttemptEnding:
 def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) -> Change:
     """The owner's heartbeat. Raises StaleFenceError when it no longer owns the job."""
     renewed = rules.renew_lease(job, attempt_id=attempt_id, now=now, lease_until=lease_until)
-    return _change(job, renewed, now=now)
+    return _change(job, job, renewed, now=now)
 
 
 # --- how the owning attempt ends ----------------------------------------------------
@@ -287,9 +278,9 @@ def succeed(
     """Publish. Raises StaleFenceError when the attempt no longer owns the job."""
     if _cancel_wins(job, attempt_id, now):
         return _owner_cancelled(job, attempt_id, now, report)
-    after = rules.succeed(job, attempt_id=attempt_id, now=now, result_ref=result_ref)
+    update = rules.succeed(job, attempt_id=attempt_id, now=now, result_ref=result_ref)
     return _owner_ends(
-        job, after, attempt_id, now, report, EventKind.SUCCEEDED, {"result_ref": result_ref}
+        job, update, attempt_id, now, report, EventKind.SUCCEEDED, {"result_ref": result_ref}
     )
 
 
@@ -306,7 +297,7 @@ def schedule_retry(
     """``fall_back_to``: the fallback model the job moves on to (its name, for the event)."""
     if _cancel_wins(job, attempt_id, now):
         return _owner_cancelled(job, attempt_id, now, report)
-    after = rules.schedule_retry(
+    update = rules.schedule_retry(
         job,
         attempt_id=attempt_id,
         now=now,
@@ -317,7 +308,7 @@ def schedule_retry(
     detail: dict[str, Any] = {"not_before": not_before, **_error_detail(error)}
     if fall_back_to is not None:
         detail["fallback_model"] = fall_back_to
-    return _owner_ends(job, after, attempt_id, now, report, EventKind.RETRY_SCHEDULED, detail)
+    return _owner_ends(job, update, attempt_id, now, report, EventKind.RETRY_SCHEDULED, detail)
 
 
 def fail(
@@ -327,8 +318,8 @@ def fail(
         return _owner_cancelled(job, attempt_id, now, report)
     # A delivery-level failure spends no model-failure budget.
     counts = error.failure_class is not FailureClass.DELIVERY
-    after = rules.fail(job, attempt_id=attempt_id, now=now, error=error, counts=counts)
-    return _owner_ends(job, after, attempt_id, now, report, EventKind.FAILED, _error_detail(error))
+    update = rules.fail(job, attempt_id=attempt_id, now=now, error=error, counts=counts)
+    return _owner_ends(job, update, attempt_id, now, report, EventKind.FAILED, _error_detail(error))
 
 
 def finish_cancelled(job: Job, *, attempt_id: str, now: float, report: AttemptReport) -> Change:
@@ -340,8 +331,8 @@ def finish_cancelled(job: Job, *, attempt_id: str, now: float, report: AttemptRe
 
 def release(job: Job, *, attempt_id: str, now: float, report: AttemptReport) -> Change:
     """The owner gives the job back (shutdown): the attempt ends abandoned, one RELEASED."""
-    after = rules.release(job, attempt_id=attempt_id, now=now)
-    return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, {})
+    update = rules.release(job, attempt_id=attempt_id, now=now)
+    return _owner_ends(job, update, attempt_id, now, report, EventKind.RELEASED, {})
 
 
 def wait_for_provider(
@@ -351,9 +342,9 @@ def wait_for_provider(
     one RELEASED saying so, with the refusal. A requested cancel wins."""
     if _cancel_wins(job, attempt_id, now):
         return _owner_cancelled(job, attempt_id, now, report)
-    after = rules.wait_for_provider(job, attempt_id=attempt_id, now=now, error=error)
+    update = rules.wait_for_provider(job, attempt_id=attempt_id, now=now, error=error)
     detail = {"reason": PROVIDER_PAUSED, **_error_detail(error)}
-    return _owner_ends(job, after, attempt_id, now, report, EventKind.RELEASED, detail)
+    return _owner_ends(job, update, attempt_id, now, report, EventKind.RELEASED, detail)
 
 
 def lease_lost(
@@ -372,7 +363,7 @@ def lease_lost(
         attempt_id=attempt_id, ended_at=now, report=report, replaces_abandoned=True
     )
     events = [] if job.status.terminal else [(EventKind.LEASE_LOST, {"attempt_id": attempt_id})]
-    return _change(job, job, now=now, events=events, closed=[ending])
+    return _change(job, job, JobUpdate(), now=now, events=events, closed=[ending])
 
 
 def _cancel_wins(job: Job, attempt_id: str, now: float) -> bool:
@@ -382,14 +373,14 @@ def _cancel_wins(job: Job, attempt_id: str, now: float) -> bool:
 
 
 def _owner_cancelled(job: Job, attempt_id: str, now: float, report: AttemptReport) -> Change:
-    after = rules.cancelled(job, now=now)
+    update = rules.cancelled(job, now=now)
     cancelled = dataclasses.replace(report, outcome=AttemptOutcome.CANCELLED)
-    return _owner_ends(job, after, attempt_id, now, cancelled, EventKind.CANCELLED, {})
+    return _owner_ends(job, update, attempt_id, now, cancelled, EventKind.CANCELLED, {})
 
 
 def _owner_ends(
     before: Job,
-    after: Job,
+    update: JobUpdate,
     attempt_id: str,
     now: float,
     report: AttemptReport,
@@ -398,7 +389,7 @@ def _owner_ends(
 ) -> Change:
     ending = AttemptEnding(attempt_id=attempt_id, ended_at=now, report=report)
     events = [(kind, {"attempt_id": attempt_id, **detail})]
-    return _change(before, after, now=now, events=events, closed=[ending])
+    return _change(before, before, update, now=now, events=events, closed=[ending])
 
 
 # --- clients, operators and the sweeper ----------------------------------------------
@@ -408,11 +399,12 @@ def request_cancel(job: Job, *, now: float) -> Change | None:
     """A waiting job is CANCELLED at once; a running one is asked to stop. None when
     the cancel was already requested (nothing new happens, nothing is recorded).
     Raises IllegalTransitionError for a finished job."""
-    after = rules.request_cancel(job, now=now)
-    if after is job:
+    update = rules.request_cancel(job, now=now)
+    if not update:
         return None
-    kind = EventKind.CANCELLED if after.status.terminal else EventKind.CANCEL_REQUESTED
-    return _change(job, after, now=now, events=[(kind, {})])
+    cancelled = update.get("status", job.status).terminal
+    kind = EventKind.CANCELLED if cancelled else EventKind.CANCEL_REQUESTED
+    return _change(job, job, update, now=now, events=[(kind, {})])
 
 
 def fail_unowned(
@@ -420,11 +412,11 @@ def fail_unowned(
 ) -> Change:
     """Fail a job no live attempt owns; an attempt left open by a crash ends abandoned.
     Raises IllegalTransitionError when the job is finished or a live attempt owns it."""
-    after = rules.fail_unowned(job, now=now, error=error)
+    update = rules.fail_unowned(job, now=now, error=error)
     closed = []
     if job.status is JobStatus.PROCESSING and job.attempt_id is not None:
         closed.append(_abandoned(job.attempt_id, now))
-    return _change(job, after, now=now, events=[(kind, dict(detail))], closed=closed)
+    return _change(job, job, update, now=now, events=[(kind, dict(detail))], closed=closed)
 
 
 def replay(
@@ -437,14 +429,14 @@ def replay(
     dispatched: bool,
 ) -> Change:
     """An operator's replay (core.job.replay) with a REPLAYED event saying who and why."""
-    after = rules.replay(job, now=now, include_failed=include_failed)
+    update = rules.replay(job, now=now, include_failed=include_failed)
     events: list[tuple[EventKind, dict[str, Any]]] = [
         (EventKind.REPLAYED, {"actor": actor, "reason": reason})
     ]
     if dispatched:
-        after = evolve(after, dispatch_state=DispatchState.DISPATCHED)
+        update["dispatch_state"] = DispatchState.DISPATCHED
         events.append((EventKind.DISPATCHED, {}))
-    return _change(job, after, now=now, events=events, enqueue=dispatched)
+    return _change(job, job, update, now=now, events=events, enqueue=dispatched)
 
 
 def note(job: Job, kind: EventKind, *, now: float, detail: dict[str, Any]) -> Change | None:
@@ -452,4 +444,4 @@ def note(job: Job, kind: EventKind, *, now: float, detail: dict[str, Any]) -> Ch
     for a finished job: its history ends with its terminal event."""
     if job.status.terminal:
         return None
-    return _change(job, job, now=now, events=[(kind, dict(detail))])
+    return _change(job, job, JobUpdate(), now=now, events=[(kind, dict(detail))])

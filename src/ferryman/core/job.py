@@ -1,18 +1,18 @@
 """The job, its attempts and events, and the only legal ways a job's fields change.
 
-Every transition is a pure function from a job (and the facts of the moment) to
-the next job, raising when the transition is not allowed. Which events and attempt
-rows go with each transition is decided once, in ``core/changes.py``, which wraps
-these functions into the Change an engine persists.
+Every transition is a pure function from a job (and the facts of the moment) to the
+fields it changes (a ``JobUpdate``), raising when the transition is not allowed. It
+makes no job: ``core/changes.py`` wraps these functions into the Change an engine
+persists, and makes the job after it with one ``dataclasses.replace`` that sets the
+rule's fields and the change's revision and event number together.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
-from ferryman.core.copies import replacer
 from ferryman.core.errors import FailureClass, IllegalTransitionError, StaleFenceError
 
 PAYLOAD_VERSION = 1
@@ -126,14 +126,31 @@ class Job:
     completed_at: float | None = None
 
 
-if TYPE_CHECKING:
-    # To mypy a job's copy is dataclasses.replace, whose plugin checks every field
-    # name and value type a transition gives.
-    from dataclasses import replace as evolve
-else:
-    # At run time the same copy, generated for Job's fields (core/copies.py): a copy
-    # per transition, several per job on the worker's path.
-    evolve = replacer(Job)
+class JobUpdate(TypedDict, total=False):
+    """The fields of a ``Job`` a transition may change, each typed as on ``Job``.
+
+    What a job was asked to do (tenant, task, model, input, ...) is fixed at intake
+    and absent here; so are ``revision`` and ``event_seq``, which only a change sets
+    (core/changes.py). Called with keywords, mypy checks every name and value type.
+    """
+
+    status: JobStatus
+    dispatch_state: DispatchState
+    attempt_count: int
+    failure_count: int
+    invalid_output_count: int
+    fence: int
+    deliveries_without_outcome: int
+    fallback_level: int
+    attempt_id: str | None
+    worker_id: str | None
+    lease_until: float | None
+    not_before: float | None
+    cancel_requested: bool
+    result_ref: str | None
+    error: JobError | None
+    updated_at: float
+    completed_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,12 +251,13 @@ def _require_owner(job: Job, attempt_id: str, now: float) -> None:
 # --- transitions ----------------------------------------------------------------
 
 
-def claim(job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until: float) -> Job:
+def claim(
+    job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until: float
+) -> JobUpdate:
     if not is_claimable(job, now=now):
         raise IllegalTransitionError(f"job in {job.status} cannot be claimed now")
     takeover = abandoned_attempt_id(job, now=now) is not None
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.PROCESSING,
         fence=job.fence + 1,
         attempt_count=job.attempt_count + 1,
@@ -252,18 +270,17 @@ def claim(job: Job, *, attempt_id: str, worker_id: str, now: float, lease_until:
     )
 
 
-def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) -> Job:
+def renew_lease(job: Job, *, attempt_id: str, now: float, lease_until: float) -> JobUpdate:
     _require_owner(job, attempt_id, now)
-    return evolve(job, lease_until=max(lease_until, job.lease_until or 0.0))
+    return JobUpdate(lease_until=max(lease_until, job.lease_until or 0.0))
 
 
-def release(job: Job, *, attempt_id: str, now: float) -> Job:
+def release(job: Job, *, attempt_id: str, now: float) -> JobUpdate:
     """The owner gives the job back (graceful shutdown): it waits again, so the next
     delivery claims it at once, and nothing is left for a takeover to abandon (the
     owner already said how its attempt ended)."""
     _require_owner(job, attempt_id, now)
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.QUEUED,
         attempt_id=None,
         worker_id=None,
@@ -272,14 +289,13 @@ def release(job: Job, *, attempt_id: str, now: float) -> Job:
     )
 
 
-def wait_for_provider(job: Job, *, attempt_id: str, now: float, error: JobError) -> Job:
+def wait_for_provider(job: Job, *, attempt_id: str, now: float, error: JobError) -> JobUpdate:
     """The owner's call found the job's provider refusing our credentials, and the
     provider is paused for every job: the job waits in the queue again, as that
     provider's other jobs do, with the refusal as its error and its budgets untouched
     (the failure is the deployment's, not the job's)."""
     _require_owner(job, attempt_id, now)
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.QUEUED,
         error=error,
         attempt_id=None,
@@ -290,10 +306,9 @@ def wait_for_provider(job: Job, *, attempt_id: str, now: float, error: JobError)
     )
 
 
-def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> Job:
+def succeed(job: Job, *, attempt_id: str, now: float, result_ref: str) -> JobUpdate:
     _require_owner(job, attempt_id, now)
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.SUCCEEDED,
         result_ref=result_ref,
         error=None,
@@ -311,7 +326,7 @@ def schedule_retry(
     not_before: float,
     error: JobError,
     fall_back: bool = False,
-) -> Job:
+) -> JobUpdate:
     """Wait until not_before, then try again. ``fall_back``: on the next fallback
     model, whose budgets start afresh."""
     _require_owner(job, attempt_id, now)
@@ -321,8 +336,7 @@ def schedule_retry(
     else:
         failures = job.failure_count + 1
         invalid_outputs = job.invalid_output_count + (1 if invalid else 0)
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.RETRY_SCHEDULED,
         not_before=not_before,
         lease_until=None,
@@ -334,12 +348,13 @@ def schedule_retry(
     )
 
 
-def fail(job: Job, *, attempt_id: str, now: float, error: JobError, counts: bool = True) -> Job:
+def fail(
+    job: Job, *, attempt_id: str, now: float, error: JobError, counts: bool = True
+) -> JobUpdate:
     """The owning attempt gives up on the job. ``counts``: the failure was a model failure."""
     _require_owner(job, attempt_id, now)
     invalid = error.failure_class is FailureClass.INVALID_OUTPUT
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.FAILED,
         error=error,
         lease_until=None,
@@ -350,7 +365,7 @@ def fail(job: Job, *, attempt_id: str, now: float, error: JobError, counts: bool
     )
 
 
-def fail_unowned(job: Job, *, now: float, error: JobError) -> Job:
+def fail_unowned(job: Job, *, now: float, error: JobError) -> JobUpdate:
     """Fail a job no live attempt owns (dead-lettered, exhausted at claim)."""
     if job.status.terminal:
         raise IllegalTransitionError(f"job is already {job.status}")
@@ -360,8 +375,7 @@ def fail_unowned(job: Job, *, now: float, error: JobError) -> Job:
         and job.lease_until >= now
     ):
         raise IllegalTransitionError("a live attempt owns the job")
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.FAILED,
         error=error,
         lease_until=None,
@@ -370,24 +384,23 @@ def fail_unowned(job: Job, *, now: float, error: JobError) -> Job:
     )
 
 
-def request_cancel(job: Job, *, now: float) -> Job:
+def request_cancel(job: Job, *, now: float) -> JobUpdate:
     """Cancel a waiting job at once; ask the owner of a processing job to stop.
 
-    Asking again changes nothing: the job is returned as it is."""
+    Asking again changes nothing: no field at all."""
     if job.status.terminal:
         raise IllegalTransitionError(f"job is already {job.status}")
     if job.status is JobStatus.PROCESSING:
         if job.cancel_requested:
-            return job
-        return evolve(job, cancel_requested=True, updated_at=now)
+            return JobUpdate()
+        return JobUpdate(cancel_requested=True, updated_at=now)
     return cancelled(job, now=now)
 
 
-def cancelled(job: Job, *, now: float) -> Job:
+def cancelled(job: Job, *, now: float) -> JobUpdate:
     if job.status.terminal:
         raise IllegalTransitionError(f"job is already {job.status}")
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.CANCELLED,
         cancel_requested=True,
         lease_until=None,
@@ -410,7 +423,7 @@ def is_dead_lettered(job: Job) -> bool:
     )
 
 
-def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
+def replay(job: Job, *, now: float, include_failed: bool = False) -> JobUpdate:
     """An operator restarts a dead-lettered job (or, with ``include_failed``, any FAILED
     job) as a new attempt series. A job its client cancelled is never replayed: the
     client said it does not want the result."""
@@ -422,8 +435,7 @@ def replay(job: Job, *, now: float, include_failed: bool = False) -> Job:
         raise IllegalTransitionError(
             "only dead-lettered jobs are replayed unless other FAILED jobs are included"
         )
-    return evolve(
-        job,
+    return JobUpdate(
         status=JobStatus.QUEUED,
         # A replay needs a new message; until one is known to exist, the outbox owns it.
         dispatch_state=DispatchState.PENDING,
