@@ -29,7 +29,7 @@ import structlog
 from ferryman.observability.logging import describe_exception
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from ferryman.core.changes import Change
     from ferryman.core.job import Job
@@ -76,11 +76,36 @@ class JobObserver:
         """A named step of a delivery (failpoints.POINTS) was reached."""
 
 
+# Every hook of JobObserver, as the chain passes them on.
+HOOKS = (
+    "changed",
+    "completed",
+    "delivery_started",
+    "delivery_skipped",
+    "delivery_ended",
+    "attempt_started",
+    "attempt_ended",
+    "call_started",
+    "call_ended",
+    "reached",
+)
+
+
 class Observers(JobObserver):
     """The chain: each hook is passed to every observer, in the order given."""
 
     def __init__(self, observers: Iterable[JobObserver] = ()) -> None:
         self._observers = tuple(observers)
+        # Per hook, the bound methods of the observers that override it, found once: a
+        # hook on every job's path costs a call only for an observer that watches it.
+        self._listeners: dict[str, tuple[Callable[..., None], ...]] = {
+            hook: tuple(
+                getattr(observer, hook)
+                for observer in self._observers
+                if getattr(type(observer), hook) is not getattr(JobObserver, hook)
+            )
+            for hook in HOOKS
+        }
 
     def with_observer(self, observer: JobObserver) -> Observers:
         """This chain and one more observer after it."""
@@ -119,14 +144,15 @@ class Observers(JobObserver):
         self._tell("reached", point)
 
     def _tell(self, hook: str, *facts: object) -> None:
-        for observer in self._observers:
+        for listener in self._listeners[hook]:
             try:
-                getattr(observer, hook)(*facts)
+                listener(*facts)
             except Exception as exc:  # noqa: BLE001 - watching must never stop the work
-                _failed(observer, hook, exc)
+                _failed(listener, hook, exc)
 
 
-def _failed(observer: JobObserver, hook: str, exc: Exception) -> None:
+def _failed(listener: Callable[..., None], hook: str, exc: Exception) -> None:
+    observer = getattr(listener, "__self__", listener)
     # Identifiers only: an exception's message may quote a job's input.
     log.warning(
         "observer.failed", observer=type(observer).__name__, hook=hook, **describe_exception(exc)
