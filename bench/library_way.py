@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Callable
 
 
@@ -59,10 +60,26 @@ def _sharded_on_http() -> None:
     async_client.Http11Transport = ShardedTransport  # type: ignore[assignment,misc]
 
 
+def _sqlite_busy_handler() -> None:
+    import ferryman.adapters.sqlite.migrations as migrations
+    import ferryman.adapters.sqlite.writer as writer
+
+    def begin_with_busy_handler(conn: sqlite3.Connection, *, patience_seconds: float) -> None:
+        # The writer's connection was opened with a busy timeout of 0 (ours waits
+        # itself); SQLite's handler waits the same patience instead. Set on every
+        # BEGIN: one pragma, no I/O.
+        conn.execute(f"PRAGMA busy_timeout = {int(patience_seconds * 1000)}")
+        conn.execute("BEGIN IMMEDIATE")
+
+    writer.begin_immediate = begin_with_busy_handler
+    migrations.begin_immediate = begin_with_busy_handler
+
+
 WAYS: dict[str, Callable[[], None]] = {
     "hot_path": _router_for_submit,
     "client_http": _httpx_transport,
     "sharded_pool": _sharded_on_http,
+    "lock_wait": _sqlite_busy_handler,
 }
 
 

@@ -10,9 +10,11 @@ hot_path      the submit route without FastAPI's router: serve single (32 in fli
 client_http   the clients' own HTTP/1.1 transport: serve sequential, serve single
 sharded_pool  https's eight httpx pools (``client/pool.py``), measured on plain http
               against httpx's one pool: serve single
+lock_wait     the SQLite writer's own short lock retries: split sequential, split
+              single, split batch
 
-Two more were measured and removed (a head and body in one send; the SQLite writer's
-own lock retries): their ways are in this script and ``library_way.py`` at 31dc8b8.
+One more was measured and removed (a head and body in one send): its way is in this
+script and ``library_way.py`` at 31dc8b8.
 
 Each (exception, row) pair runs ``--pairs`` times ours and the library's way, the order
 flipped every pair (ours first, then library first, ...), each a whole ``bench/peers.py``
@@ -47,6 +49,7 @@ ROWS: dict[str, tuple[str, ...]] = {
     "hot_path": ("ferryman-single", "ferryman-accept"),
     "client_http": ("ferryman-sequential", "ferryman-single"),
     "sharded_pool": ("ferryman-single",),
+    "lock_wait": ("ferryman-split", "ferryman-split-single", "ferryman-split-batch"),
 }
 # The launcher's ways (bench/library_way.py) for ours and for the library's way, where
 # they are not "ours" and the exception's own name.

@@ -48,8 +48,9 @@ async def test_file_settings_default_to_wal_and_full_sync(db: SqliteDatabase) ->
     assert await db.write(_pragma("journal_mode")) == "wal"
     assert await db.write(_pragma("synchronous")) == 2  # FULL
     assert await db.write(_pragma("foreign_keys")) == 1
-    # Both wait for another process's lock with SQLite's busy handler, the same patience.
-    assert await db.write(_pragma("busy_timeout")) == 10_000
+    # The writer waits for another process's lock itself (writer.begin_immediate), in
+    # finer steps than SQLite's busy handler; the reader keeps the handler.
+    assert await db.write(_pragma("busy_timeout")) == 0
     assert await db.read(_pragma("busy_timeout")) == 10_000
     assert await db.read(_pragma("journal_mode")) == "wal"
 
@@ -383,6 +384,80 @@ def test_begin_immediate_raises_other_errors_at_once(tmp_path) -> None:
             begin_immediate(conn, patience_seconds=60)
     finally:
         conn.close()
+
+
+class _RefusingConnection:
+    """A connection whose BEGIN IMMEDIATE is refused ``refusals`` times with ``code``."""
+
+    def __init__(self, refusals: int, code: int) -> None:
+        self.refusals = refusals
+        self.code = code
+        self.begun = 0
+
+    def execute(self, statement: str) -> None:
+        assert statement == "BEGIN IMMEDIATE"
+        if self.refusals:
+            self.refusals -= 1
+            error = sqlite3.OperationalError("database is locked")
+            error.sqlite_errorcode = self.code  # type: ignore[attr-defined]
+            raise error
+        self.begun += 1
+
+
+class _FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_time(monkeypatch: pytest.MonkeyPatch) -> _FakeTime:
+    from ferryman.adapters.sqlite import writer
+
+    fake = _FakeTime()
+    monkeypatch.setattr(writer.time, "monotonic", fake.monotonic)
+    monkeypatch.setattr(writer.time, "sleep", fake.sleep)
+    return fake
+
+
+# SQLITE_BUSY, SQLITE_BUSY_RECOVERY, SQLITE_BUSY_SNAPSHOT: all mean "try again".
+@pytest.mark.parametrize("code", [5, 261, 517])
+def test_a_refused_begin_is_retried_in_steps_from_200_microseconds_to_2_ms(
+    fake_time: _FakeTime, code: int
+) -> None:
+    conn = _RefusingConnection(refusals=8, code=code)
+    begin_immediate(conn, patience_seconds=10)  # type: ignore[arg-type]
+    assert conn.begun == 1
+    assert fake_time.slept == pytest.approx(
+        [0.0002, 0.0004, 0.0008, 0.0016, 0.002, 0.002, 0.002, 0.002]
+    )
+
+
+def test_a_lock_never_freed_raises_at_the_deadline(fake_time: _FakeTime) -> None:
+    conn = _RefusingConnection(refusals=10**9, code=5)
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        begin_immediate(conn, patience_seconds=0.5)  # type: ignore[arg-type]
+    assert conn.begun == 0
+    # Never waits past the deadline, and gives up when it is reached.
+    assert sum(fake_time.slept) == pytest.approx(0.5)
+    assert max(fake_time.slept) <= 0.002
+
+
+def test_an_error_without_a_code_is_not_taken_for_a_lock(fake_time: _FakeTime) -> None:
+    class Uncoded:
+        def execute(self, statement: str) -> None:
+            raise sqlite3.OperationalError("raised by the module, not by SQLite")
+
+    with pytest.raises(sqlite3.OperationalError, match="not by SQLite"):
+        begin_immediate(Uncoded(), patience_seconds=10)  # type: ignore[arg-type]
+    assert fake_time.slept == []
 
 
 async def test_a_database_opens_while_another_connection_holds_the_lock_briefly(

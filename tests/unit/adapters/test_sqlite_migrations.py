@@ -110,7 +110,7 @@ def test_migrate_waits_for_a_write_lock_another_connection_holds(tmp_path) -> No
     holder.execute("BEGIN IMMEDIATE")
     release = threading.Timer(0.05, lambda: holder.execute("COMMIT"))
     conn = sqlite3.connect(path, isolation_level=None)
-    # No busy handler of its own: the migration's wait (writer.begin_immediate) sets one.
+    # No busy handler: the migration's own wait (writer.begin_immediate) must do it.
     conn.execute("PRAGMA busy_timeout = 0")
     release.start()
     try:

@@ -227,6 +227,9 @@ def _connect_all(
     writer = _connect(path, synchronous, busy_timeout_seconds)
     opened = [writer]
     try:
+        # The writer waits for other processes' write lock itself, in finer steps than
+        # SQLite's busy handler (writer.begin_immediate), from the migration on.
+        writer.execute("PRAGMA busy_timeout = 0")
         migrate(writer, patience_seconds=busy_timeout_seconds)
         reader = _connect(path, synchronous, busy_timeout_seconds)
         opened.append(reader)

@@ -75,8 +75,9 @@ def applied_version(conn: sqlite3.Connection) -> int:
 def migrate(conn: sqlite3.Connection, *, patience_seconds: float) -> list[int]:
     """Apply every pending migration in one transaction; return the versions applied.
 
-    The write lock is waited for as the writer thread waits for it
-    (``writer.begin_immediate``: SQLite's busy handler, up to ``patience_seconds``)."""
+    ``conn`` has no busy handler (a busy timeout of 0): the write lock is waited for
+    as the writer thread waits for it (``writer.begin_immediate``), so a process that
+    starts beside busy ones is not the one that keeps losing the lock to them."""
     migrations = available()
     begin_immediate(conn, patience_seconds=patience_seconds)
     try:

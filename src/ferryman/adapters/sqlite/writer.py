@@ -9,9 +9,12 @@ COMMIT returned, so nobody acts on a write that is not yet durable. Under load,
 concurrent claims, publishes and acks of one process share one fsync instead of
 paying one each.
 
-The write lock is shared with every other process on the same file: the writer waits
-for it with SQLite's own busy handler (``begin_immediate``). Retrying in finer steps
-ourselves cost more than it bought (docs/design-notes.md, "Speed exceptions").
+The write lock is shared with every other process on the same file. SQLite's own
+busy handler, when it finds the lock taken, sleeps 1 ms first and longer after (up to
+100 ms a try), while another process's commit here takes a few tenths of a millisecond: with
+an API and two workers on one file, one write in ten waited a millisecond or more for
+a lock already free. The writer's connection has no busy handler; ``begin_immediate``
+retries after 0.2 ms, doubling to 2 ms a wait, within the same patience.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 T = TypeVar("T")
+
+# The first wait for another process's write lock, and the longest one: about the
+# length of one commit here, doubling to a bound that notices a freed lock within
+# 2 ms. Shorter first steps (50 µs to 1 ms) waited no less and cost more CPU in
+# retries (docs/benchmarks.md, "Fourth pass").
+_FIRST_LOCK_WAIT_SECONDS = 0.0002
+_LONGEST_LOCK_WAIT_SECONDS = 0.002
 
 
 # SQLite's primary result codes that say the file cannot serve us now: its lock is
@@ -81,13 +91,29 @@ def unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return error
 
 
+# speed exception: see docs/design-notes.md, Speed exceptions
 def begin_immediate(conn: sqlite3.Connection, *, patience_seconds: float) -> None:
-    """``BEGIN IMMEDIATE``, SQLite's busy handler waiting up to ``patience_seconds``
-    while another connection holds the write lock; a lock still held after that raises
-    SQLite's own error, and any other error is raised at once. The busy timeout is set
-    here, not trusted to the connection, so every caller waits the same patience."""
-    conn.execute(f"PRAGMA busy_timeout = {int(patience_seconds * 1000)}")
-    conn.execute("BEGIN IMMEDIATE")
+    """``BEGIN IMMEDIATE``, waiting up to ``patience_seconds`` in short steps while
+    another connection holds the write lock (``conn`` must have no busy handler: a
+    busy timeout of 0). A lock still held after that raises SQLite's own error."""
+    wait = _FIRST_LOCK_WAIT_SECONDS
+    deadline: float | None = None
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            # Extended codes (SQLITE_BUSY_RECOVERY, ...) carry SQLITE_BUSY in the low byte.
+            # The module's own errors (not SQLite's) carry no code.
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + patience_seconds
+            if now >= deadline:
+                raise
+            time.sleep(min(wait, deadline - now))
+            wait = min(wait * 2, _LONGEST_LOCK_WAIT_SECONDS)
 
 
 class ProbeWrite:
@@ -115,6 +141,7 @@ class GroupCommitWriter:
         name: str,
         lock_patience_seconds: float = 10.0,
     ) -> None:
+        # The connection's busy timeout must be 0: begin_immediate does the waiting.
         self._conn = conn
         self._lock_patience = lock_patience_seconds
         self._thread: BatchingThread[Callable[[sqlite3.Connection], Any]] = BatchingThread(
