@@ -185,6 +185,9 @@ async def _set_switch(request: Request, actor: str, *, paused: bool) -> JSONResp
     return JSONResponse({"paused": await operations.paused_names()})
 
 
+MAX_RECORD_ID = 2**63 - 1
+
+
 @router.get(
     "/audit",
     **operation(
@@ -195,7 +198,9 @@ async def audit(
     request: Request,
     principal: Admin,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    before: Annotated[int | None, Query(ge=1)] = None,
+    # An audit record's id is a 64-bit integer in every engine: a larger one is a 422,
+    # never a driver's overflow.
+    before: Annotated[int | None, Query(ge=1, le=MAX_RECORD_ID)] = None,
 ) -> JSONResponse:
     """Who paused, resumed or replayed what, when and why; newest first."""
     records = await app_deps(request).operations.audit_log(limit=limit, before=before)
