@@ -82,10 +82,8 @@ async def test_a_batch_of_the_largest_atomic_size_that_fails_stores_nothing(engi
 
 
 async def test_usage_counts_are_what_the_engine_says_they_are(engine, job_factory):
-    """Exact: the counters equal what is stored, at once (an estimate may lag, and is
-    not held to equality)."""
-    if not engine.port.capabilities.usage_exact:
-        pytest.skip(f"{engine.name} counts usage as an estimate")
+    """Exact: the counters equal what is stored, at once. An estimate may lag, so it is
+    held only to what the quotas rely on: it never counts more than is stored."""
     jobs = [job_factory() for _ in range(5)]
     await _create_many(engine, jobs)
     claimed = await engine.claim(jobs[0].job_id)
@@ -93,7 +91,10 @@ async def test_usage_counts_are_what_the_engine_says_they_are(engine, job_factor
 
     usage = await engine.store.usage("t1")
 
-    assert (usage.stored, usage.unfinished) == (5, 5)
+    if engine.port.capabilities.usage_exact:
+        assert (usage.stored, usage.unfinished) == (5, 5)
+    else:
+        assert 0 <= usage.unfinished <= usage.stored <= 5
     assert await engine.store.usage("t2") == type(usage)(unfinished=0, stored=0)
 
 
@@ -118,14 +119,18 @@ async def test_every_receive_keeps_within_the_receivers_cap(engine):
 
 
 async def test_a_fair_receive_serves_every_waiting_tenant_without_a_budget(engine):
-    if not engine.queue.capabilities.fair_receive:
-        pytest.skip(f"{engine.name} is fair only by the receiver's own cap")
+    """A queue fair by itself serves the tenant with one job beside the flood; one fair
+    only by the receiver's cap (the case above) still fills the receive."""
     await _send(engine, "flood", 30)
     await _send(engine, "quick", 1)
 
     deliveries = await engine.queue.receive(max_messages=2, visibility_timeout_seconds=60.0)
 
-    assert sorted(d.message.tenant_id for d in deliveries) == ["flood", "quick"]
+    tenants = sorted(d.message.tenant_id for d in deliveries)
+    if engine.queue.capabilities.fair_receive:
+        assert tenants == ["flood", "quick"]
+    else:
+        assert len(tenants) == 2
 
 
 async def test_a_store_refuses_a_batch_over_its_stated_limit():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 THIS_FILE = Path(__file__).resolve()
 # Names the programs only to put recording stubs in their place (it runs none of them).
@@ -51,8 +53,11 @@ RULES: tuple[tuple[str, re.Pattern[str], frozenset[Path]], ...] = (
     ),
 )
 # What .ci/services may do to a cluster of the machine: start one that is down, and
-# reload one it has just installed. Never stop or restart one.
+# reload one it has just installed; nothing else of what a cluster command can do.
 CLUSTER_VERBS = frozenset({"start", "reload"})
+# The verbs it must never use, for the check below to tell them apart.
+FORBIDDEN_CLUSTER_VERBS = frozenset({"stop", "restart", "promote"})
+EVERY_CLUSTER_VERB = CLUSTER_VERBS | FORBIDDEN_CLUSTER_VERBS
 
 
 def _scanned() -> list[Path]:
@@ -78,7 +83,7 @@ def test_ci_only_starts_or_reloads_the_machines_clusters() -> None:
     calls = re.findall(r"^\s*pg_ctlcluster\b(.*)$", SERVICES.read_text(), re.MULTILINE)
     assert calls, "the rule below would pass on nothing"
     for arguments in calls:
-        verbs = set(arguments.split()) & {"start", "stop", "restart", "reload", "promote"}
+        verbs = set(arguments.split()) & EVERY_CLUSTER_VERB
         assert verbs and verbs <= CLUSTER_VERBS, arguments
 
 
@@ -101,18 +106,27 @@ def _text(*words: str) -> str:
     return " ".join(words)
 
 
-def test_the_rules_catch_what_they_are_for() -> None:
+# What a line the rules must catch would do to a server (any verb: the rules look for
+# the program, never for what it is asked).
+VERBS = (*sorted(FORBIDDEN_CLUSTER_VERBS), "reload")
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_the_rules_catch_what_they_are_for(verb: str) -> None:
     spelled = {
-        _text("systemctl", "restart", "postgresql"): 0,
-        _text("service", "postgresql", "restart"): 1,
-        str(["pg_ctlcluster", "15", "main", "restart"]): 2,
-        _text("pg_ctl", "-D", "/var/lib/postgresql/15/main", "restart"): 3,
+        _text("systemctl", verb, "postgresql"): 0,
+        _text("service", "postgresql", verb): 1,
+        str(["pg_ctlcluster", "15", "main", verb]): 2,
+        _text("pg_ctl", "-D", "/var/lib/postgresql/15/main", verb): 3,
+        str(["pg_ctl", "-D", "data", verb]): 3,
         _text("ALTER", "SYSTEM", "SET", "max_connections", "=", "5"): 4,
         _text("apt-get", "install", "-y", "postgresql"): 5,
     }
     for text, rule in spelled.items():
         assert RULES[rule][1].search(text), text
-    assert RULES[3][1].search(str(["pg_ctl", "-D", "data", "stop"]))
+
+
+def test_the_rules_leave_alone_what_is_not_theirs() -> None:
     assert not RULES[3][1].search(_text("pg_ctlcluster", "15", "main", "start"))
     assert not RULES[0][1].search(
         _text("pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "start")
