@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 
 def _require_service(name: str, reason: str) -> NoReturn:
@@ -43,3 +43,47 @@ def sqlite_outage() -> Callable[[str, int], sqlite3.OperationalError]:
     ``SQLITE_BUSY``, ``SQLITE_IOERR``, ...) is what makes the engine call it one; an error
     without one is a wrong statement, which goes through as itself."""
     return _sqlite_outage
+
+
+@pytest.fixture(scope="session")
+def aws_endpoint(require_service: Callable[[str, str], NoReturn]) -> Iterator[str]:
+    """moto's server, started once for the session on 127.0.0.1 (tests/aws_emulator.py).
+    Requested only by the AWS cases, so the others never start it."""
+    try:
+        import aiobotocore  # noqa: F401
+        import moto.server  # noqa: F401
+    except ImportError as exc:
+        require_service("the AWS emulator", f"{exc} (pip install -e '.[server,test]')")
+    from aws_emulator import moto_server
+
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def aws_env(aws_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The AWS configuration chain pointed at the emulator for this test (and returned,
+    for a subprocess's environment)."""
+    from aws_emulator import aws_environment
+
+    environment = aws_environment(aws_endpoint)
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return environment
+
+
+@pytest.fixture
+async def aws_url(aws_env: dict[str, str]) -> str:
+    """``aws://NAME`` for a NAME of this test's own, its table and queues made (as
+    ``ferryman migrate`` makes them) with the contract's max receives."""
+    from aws_emulator import fresh_name
+    from ferryman.adapters.aws.clients import open_clients
+    from ferryman.adapters.aws.location import parse_aws_url
+    from ferryman.adapters.aws.provision import provision
+
+    url = f"aws://{fresh_name()}"
+    async with open_clients() as clients:
+        await provision(clients, parse_aws_url(url), max_receives=10)
+    return url
