@@ -10,14 +10,14 @@ its per-service forms, instance and task roles): nothing ferryman-specific.
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
 
 # SQS long polls hold a request for up to 20 s: the read timeout is above that.
 READ_TIMEOUT_SECONDS = 30.0
@@ -28,6 +28,22 @@ MAX_ATTEMPTS = 4
 DEFAULT_MAX_POOL_CONNECTIONS = 64
 
 SERVICES = ("dynamodb", "sqs", "s3")
+
+# botocore event handlers every client opened from now on gets (bench/aws_requests.py
+# counts billable requests with them, from the SDK's own events). Empty in a service.
+_HOOKS: list[tuple[str, Callable[..., Any]]] = []
+
+
+@contextmanager
+def request_hooks(*hooks: tuple[str, Callable[..., Any]]) -> Iterator[None]:
+    """Register botocore event handlers on every client opened inside the block, so a
+    tool sees the calls of an engine it opens through the registry like any process."""
+    _HOOKS.extend(hooks)
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            _HOOKS.remove(hook)
 
 
 class AwsConfigurationError(StoreUnavailableError):
@@ -95,4 +111,7 @@ async def open_clients(
             )
             for service in SERVICES
         ]
-        yield AwsClients(dynamodb=made[0], sqs=made[1], s3=made[2], region=region)
+        clients = AwsClients(dynamodb=made[0], sqs=made[1], s3=made[2], region=region)
+        for event, handler in _HOOKS:
+            clients.on(event, handler)
+        yield clients

@@ -1,0 +1,320 @@
+"""Billable AWS requests per job on the AWS engine, and what a million jobs cost.
+
+ferryman runs as a deployment would (``open_runtime`` over ``aws://NAME`` with results
+in ``s3://``, an intake and a worker in this process, the simulated model) against moto
+in server mode on 127.0.0.1. Every request the SDK makes is counted from botocore's
+own events (``before-parameter-build`` and ``after-call`` on each client), by kind:
+
+- DynamoDB: read and write request units (on-demand), computed from what each call
+  sent and got back by DynamoDB's published rules: a write is 1 unit per KB of the
+  item (2 in a transaction), plus 1 per secondary index whose keys the write sets or
+  removes; a read is 0.5 unit per 4 KB read (1 strongly consistent, 2 in a
+  transaction; a Query sums the items it returned). moto returns no real consumed
+  capacity, so the units are computed here, not read;
+- SQS requests (each call, up to 64 KB of payload, is one);
+- S3 requests, split into PUT/LIST class and GET/HEAD class.
+
+Two scenarios, ``--jobs`` each: ``happy`` (accepted, run once, succeeded, its result
+read once by the client) and ``retried`` (the first call fails with a 5xx, the retry
+succeeds). The sweeper's rounds are not per job: one round's requests are printed
+apart, with what they cost per month at the default interval.
+
+Prices: us-east-1 list prices as published by AWS (``PRICES_AS_OF`` below); check the
+pricing pages before quoting them. Lambda and data transfer are not counted.
+
+Run: ``.venv/bin/python bench/aws_requests.py [--jobs 200] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from aws_emulator import aws_environment, fresh_name, moto_server
+from ferryman.adapters.aws.clients import open_clients, request_hooks
+from ferryman.adapters.aws.layout import table_definition
+from ferryman.adapters.aws.location import parse_aws_url
+from ferryman.adapters.aws.provision import provision
+from ferryman.config import load_settings
+from ferryman.observability.logging import configure_logging
+from ferryman.services.intake import SubmitRequest
+from ferryman.wiring import open_runtime
+
+PRICES_AS_OF = "2025-11 (us-east-1 list prices)"
+USD_PER_MILLION = {
+    "dynamodb_write_units": 0.625,
+    "dynamodb_read_units": 0.125,
+    "sqs_requests": 0.40,
+    "s3_put_requests": 5.0,  # PUT, COPY, POST, LIST: $0.005 per 1,000
+    "s3_get_requests": 0.4,  # GET, HEAD and the rest: $0.0004 per 1,000
+}
+GOAL_USD_PER_MILLION_JOBS = 25.0
+TENANT = "bench"
+_S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects"}
+_FREE_S3 = {"DeleteObject"}  # DELETE requests are free
+
+
+def _value_bytes(value: dict[str, Any]) -> int:
+    """The size DynamoDB counts for one attribute value."""
+    ((kind, inner),) = value.items()
+    if kind == "S":
+        return len(inner.encode())
+    if kind == "N":
+        return len(str(inner).lstrip("-").replace(".", "")) // 2 + 2
+    if kind == "B":
+        return len(inner) if isinstance(inner, bytes | bytearray) else len(inner.encode())
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + _value_bytes(v) for k, v in inner.items())
+    if kind == "L":
+        return 3 + sum(1 + _value_bytes(v) for v in inner)
+    if kind in ("SS", "NS", "BS"):
+        return sum(len(str(v).encode()) for v in inner)
+    return 0
+
+
+def item_bytes(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + _value_bytes(value) for name, value in item.items())
+
+
+class Meter:
+    """Billable units and requests, counted from the SDK's events."""
+
+    def __init__(self, index_keys: dict[str, str]) -> None:
+        # Index name by the attribute that is its partition key.
+        self._index_keys = index_keys
+        self.counts: Counter[str] = Counter()
+        self.operations: Counter[str] = Counter()
+        # Last known size of each item written, by key: an UpdateItem is charged for
+        # the whole item, which its request does not show.
+        self._sizes: dict[str, int] = {}
+
+    def hooks(self) -> tuple[tuple[str, Any], tuple[str, Any]]:
+        return (("before-parameter-build", self._before), ("after-call", self._after))
+
+    def _before(
+        self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
+    ) -> None:
+        context["ferryman_bench_params"] = dict(params)
+
+    def _after(self, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+        service = model.service_model.service_name
+        operation = model.name
+        params = context.get("ferryman_bench_params", {})
+        self.operations[f"{service}.{operation}"] += 1
+        if service == "sqs":
+            self.counts["sqs_requests"] += 1
+        elif service == "s3":
+            if operation in _S3_PUT_CLASS:
+                self.counts["s3_put_requests"] += 1
+            elif operation not in _FREE_S3:
+                self.counts["s3_get_requests"] += 1
+        elif service == "dynamodb":
+            self._dynamodb(operation, params, parsed)
+
+    def _key(self, table: str, key: dict[str, Any]) -> str:
+        return f"{table}|{json.dumps(key, sort_keys=True, default=str)}"
+
+    def _write(
+        self, table: str, key: dict[str, Any], size: int | None, indexed: int, factor: float
+    ) -> None:
+        where = self._key(table, key)
+        known = self._sizes.get(where, 0)
+        charged = max(known, size or 0)
+        if size is not None:
+            self._sizes[where] = max(known, size)
+        self.counts["dynamodb_write_units"] += factor * max(1, math.ceil(charged / 1024))
+        self.counts["dynamodb_write_units"] += indexed
+
+    def _indexes_touched(self, names: set[str]) -> int:
+        return sum(1 for attribute in names if attribute in self._index_keys)
+
+    def _put(self, op: dict[str, Any], factor: float) -> None:
+        item = op["Item"]
+        key = {"pk": item.get("pk"), "sk": item.get("sk")}
+        self._write(
+            op["TableName"], key, item_bytes(item), self._indexes_touched(set(item)), factor
+        )
+
+    def _update(self, op: dict[str, Any], factor: float) -> None:
+        expression = op.get("UpdateExpression", "")
+        names = op.get("ExpressionAttributeNames", {})
+        mentioned = {
+            names.get(token, token)
+            for token in expression.replace(",", " ").replace("=", " ").split()
+        }
+        values = op.get("ExpressionAttributeValues", {})
+        size = sum(_value_bytes(v) for v in values.values())
+        # An update that moves an index key rewrites the index entry (a delete and a put).
+        self._write(op["TableName"], op["Key"], size, 2 * self._indexes_touched(mentioned), factor)
+
+    def _delete(self, op: dict[str, Any], factor: float) -> None:
+        where = self._key(op["TableName"], op["Key"])
+        size = self._sizes.pop(where, 1024)
+        self.counts["dynamodb_write_units"] += factor * max(1, math.ceil(size / 1024))
+
+    def _read(self, items: list[dict[str, Any]], consistent: bool, factor: float = 1.0) -> None:
+        size = sum(item_bytes(item) for item in items)
+        per_4kb = (1.0 if consistent else 0.5) * factor
+        self.counts["dynamodb_read_units"] += per_4kb * max(1, math.ceil(size / 4096))
+
+    def _dynamodb(self, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
+        single = {"PutItem": self._put, "UpdateItem": self._update, "DeleteItem": self._delete}
+        if operation in single:
+            single[operation](params, 1)
+        elif operation == "BatchWriteItem":
+            self._batch_write(params)
+        elif operation == "TransactWriteItems":
+            self._transact_write(params)
+        else:
+            self._dynamodb_read(operation, params, parsed)
+
+    def _batch_write(self, params: dict[str, Any]) -> None:
+        for table, requests in params.get("RequestItems", {}).items():
+            for request in requests:
+                if "PutRequest" in request:
+                    self._put({"TableName": table, **request["PutRequest"]}, 1)
+                else:
+                    self._delete({"TableName": table, **request["DeleteRequest"]}, 1)
+
+    def _transact_write(self, params: dict[str, Any]) -> None:
+        writes = {"Put": self._put, "Update": self._update, "Delete": self._delete}
+        for entry in params.get("TransactItems", []):
+            ((kind, op),) = entry.items()
+            if kind in writes:
+                writes[kind](op, 2)
+            else:  # ConditionCheck: a transactional read of the item
+                self.counts["dynamodb_read_units"] += 2
+
+    def _dynamodb_read(
+        self, operation: str, params: dict[str, Any], parsed: dict[str, Any]
+    ) -> None:
+        consistent = bool(params.get("ConsistentRead"))
+        if operation == "GetItem":
+            self._read([parsed.get("Item", {})], consistent)
+        elif operation in ("Query", "Scan"):
+            self._read(parsed.get("Items", []), consistent)
+        elif operation == "BatchGetItem":
+            for items in parsed.get("Responses", {}).values():
+                for item in items:
+                    self._read([item], consistent)
+        elif operation == "TransactGetItems":
+            for response in parsed.get("Responses", []):
+                self._read([response.get("Item", {})], True, factor=2)
+
+    def usd(self) -> float:
+        return sum(self.counts[kind] * price / 1e6 for kind, price in USD_PER_MILLION.items())
+
+    def snapshot(self) -> tuple[Counter[str], Counter[str]]:
+        return Counter(self.counts), Counter(self.operations)
+
+
+def _per_job(meter: Meter, before: tuple[Counter[str], Counter[str]], jobs: int) -> dict[str, Any]:
+    counts = meter.counts - before[0]
+    operations = meter.operations - before[1]
+    usd = sum(counts[kind] * price / 1e6 for kind, price in USD_PER_MILLION.items())
+    return {
+        "per_job": {kind: round(counts[kind] / jobs, 3) for kind in USD_PER_MILLION},
+        "operations_per_job": {op: round(n / jobs, 3) for op, n in sorted(operations.items())},
+        "usd_per_million_jobs": round(usd / jobs * 1e6, 2),
+    }
+
+
+async def _run_jobs(runtime: Any, jobs: int, script: list[str] | None) -> None:
+    job_input: dict[str, Any] = {"prompt": "a prompt of a typical length " * 20}
+    if script is not None:
+        job_input["simulate"] = {"script": script}
+    submitted = await asyncio.gather(
+        *(
+            runtime.intake.submit(
+                tenant_id=TENANT, request=SubmitRequest(task="generate", input=dict(job_input))
+            )
+            for _ in range(jobs)
+        )
+    )
+    worker = runtime.new_worker()
+    pending = {submission.job.job_id for submission in submitted}
+    while pending:
+        await worker.run_until_idle()
+        for job_id in list(pending):
+            view = await runtime.jobs.get(TENANT, job_id)
+            if view.job.status.terminal:
+                if view.job.status.value != "SUCCEEDED":
+                    raise RuntimeError(f"a job ended {view.job.status}")
+                pending.discard(job_id)
+        if pending:
+            await asyncio.sleep(0.2)  # a retry's backoff, waiting to come due
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    configure_logging("WARNING")
+    definition = table_definition("x")
+    index_keys = {
+        index["KeySchema"][0]["AttributeName"]: index["IndexName"]
+        for index in definition["GlobalSecondaryIndexes"]
+    }
+    meter = Meter(index_keys)
+    with moto_server() as endpoint:
+        os.environ.update(aws_environment(endpoint))
+        name = fresh_name("bench")
+        location = parse_aws_url(f"aws://{name}")
+        async with open_clients() as clients:
+            await provision(clients, location, max_receives=10, bucket=name)
+        settings = load_settings(
+            database_url=f"aws://{name}",
+            results_url=f"s3://{name}/results",
+            retry_initial_interval_seconds=0.0,
+        )
+        scenarios: dict[str, Any] = {}
+        with request_hooks(*meter.hooks()):
+            async with open_runtime(settings) as runtime:
+                for scenario, script in (("happy", None), ("retried", ["server_error", "ok"])):
+                    before = meter.snapshot()
+                    await _run_jobs(runtime, args.jobs, script)
+                    scenarios[scenario] = _per_job(meter, before, args.jobs)
+                before = meter.snapshot()
+                await runtime.new_sweeper().sweep_once()
+                sweep = _per_job(meter, before, 1)
+    happy = scenarios["happy"]["usd_per_million_jobs"]
+    rounds_per_month = 30 * 86_400 / settings.sweeper.interval_seconds
+    return {
+        "jobs": args.jobs,
+        "prices_as_of": PRICES_AS_OF,
+        "usd_per_million": USD_PER_MILLION,
+        "happy": scenarios["happy"],
+        "retried": scenarios["retried"],
+        "usd_per_million_jobs": happy,
+        "usd_per_million_retried_jobs": scenarios["retried"]["usd_per_million_jobs"],
+        "goal_usd_per_million_jobs": GOAL_USD_PER_MILLION_JOBS,
+        "within_goal": happy <= GOAL_USD_PER_MILLION_JOBS,
+        "sweeper_round": sweep["per_job"],
+        "sweeper_usd_per_month_idle": round(
+            sweep["usd_per_million_jobs"] / 1e6 * rounds_per_month, 2
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
