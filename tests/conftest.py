@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
 
 def _require_service(name: str, reason: str) -> NoReturn:
@@ -75,15 +75,24 @@ def aws_env(aws_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
 
 
 @pytest.fixture
-async def aws_url(aws_env: dict[str, str]) -> str:
-    """``aws://NAME`` for a NAME of this test's own, its table and queues made (as
-    ``ferryman migrate`` makes them) with the contract's max receives."""
+def aws_url_factory(aws_env: dict[str, str]) -> Callable[..., Awaitable[str]]:
+    """Factory: ``await make(max_receives=10)`` is ``aws://NAME`` for a NAME of this
+    test's own, its table and queues made as ``ferryman migrate`` makes them."""
     from aws_emulator import fresh_name
     from ferryman.adapters.aws.clients import open_clients
     from ferryman.adapters.aws.location import parse_aws_url
     from ferryman.adapters.aws.provision import provision
 
-    url = f"aws://{fresh_name()}"
-    async with open_clients() as clients:
-        await provision(clients, parse_aws_url(url), max_receives=10)
-    return url
+    async def make(*, max_receives: int = 10) -> str:
+        url = f"aws://{fresh_name()}"
+        async with open_clients() as clients:
+            await provision(clients, parse_aws_url(url), max_receives=max_receives)
+        return url
+
+    return make
+
+
+@pytest.fixture
+async def aws_url(aws_url_factory: Callable[..., Awaitable[str]]) -> str:
+    """``aws://NAME`` with its own table and queues (max receives 10, the contract's)."""
+    return await aws_url_factory()

@@ -1,7 +1,7 @@
 """Engines: a database URL's scheme names the adapters of every storage port.
 
 ``open_engine(url, ...)`` opens the engine the URL names (``sqlite:///path.db``,
-``postgresql://...``, ``memory://``) as one ``async with``: every port it serves
+``postgresql://...``, ``aws://NAME``, ``memory://``) as one ``async with``: every port it serves
 (jobs, queue, keys, control, results kept in the database, shared limits) over one
 connection setup, closed together. ``probe_engine(url)`` looks at its database
 without writing. Wiring, the contract suite, the integration and service tests and
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ferryman.ports.store import JobStore
 
 # Engines whose URLs are reserved but which this version does not ship.
-_PLANNED_SCHEMES = ("aws://",)
+_PLANNED_SCHEMES: tuple[str, ...] = ()
 
 
 class UnsupportedBackendError(FerrymanError):
@@ -186,6 +186,13 @@ ENGINES: tuple[EngineEntry, ...] = (
         schemes=("postgresql://", "postgres://"),
         example="postgresql://user@host/dbname",
         module="ferryman.adapters.postgres.engine",
+        shared=True,
+    ),
+    EngineEntry(
+        name="aws",
+        schemes=("aws://",),
+        example="aws://NAME",
+        module="ferryman.adapters.aws.engine",
         shared=True,
     ),
     EngineEntry(

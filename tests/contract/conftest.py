@@ -288,6 +288,26 @@ async def _postgres(
         yield _helper("postgres", opened, clock, send_raw=send_raw)
 
 
+@asynccontextmanager
+async def _aws(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Engine]:
+    """DynamoDB, SQS and its DLQ on the emulator (tests/aws_emulator.py): a fresh table
+    and queues per test, made as ``ferryman migrate`` makes them."""
+    from ferryman.adapters.aws.clients import AwsClients
+
+    url = await request.getfixturevalue("aws_url_factory")()
+    async with open_engine(url, clock=clock, options=OPTIONS) as opened:
+        clients = opened.database
+        assert isinstance(clients, AwsClients)
+        queue_url = await opened.queue.queue_url()  # type: ignore[attr-defined]
+
+        async def send_raw(body: str) -> None:
+            await clients.sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+
+        yield _helper("aws", opened, clock, send_raw=send_raw)
+
+
 ENGINES: dict[
     str, Callable[[pytest.FixtureRequest, Path, FakeClock], AbstractAsyncContextManager[Engine]]
 ] = {
@@ -295,6 +315,7 @@ ENGINES: dict[
     "memory-outbox": _memory_outbox,
     "sqlite": _sqlite,
     "postgres": _postgres,
+    "aws": _aws,
 }
 
 

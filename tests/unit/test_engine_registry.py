@@ -126,9 +126,20 @@ def test_a_password_in_an_unknown_url_is_never_shown() -> None:
     assert "hunter2" not in str(raised.value)
 
 
-def test_reserved_schemes_are_unsupported_not_unknown() -> None:
-    with pytest.raises(UnsupportedBackendError):
-        engine_entry("aws://dynamodb?region=eu-west-1")
+def test_an_aws_url_is_checked_before_anything_opens() -> None:
+    """Region and credentials come from the AWS chain, never the URL: a parameter the
+    engine does not know is named, not ignored."""
+    assert engine_entry("aws://jobs").name == "aws"
+    with pytest.raises(InvalidUrlError, match="unknown parameter 'region'"):
+        check_engine_url("aws://dynamodb?region=eu-west-1")
+    with pytest.raises(InvalidUrlError, match="cannot name the queues"):
+        check_engine_url("aws://" + "n" * 72)
+    with pytest.raises(InvalidUrlError, match="queue name or a queue URL"):
+        check_engine_url("aws://jobs?queue=https://example.com/q")
+    check_engine_url("aws://jobs?queue=https://sqs.eu-west-1.amazonaws.com/123456789012/q")
+
+
+def test_reserved_result_schemes_are_unsupported_not_unknown() -> None:
     with pytest.raises(UnsupportedBackendError):
         results_directory("s3://bucket/results")
 

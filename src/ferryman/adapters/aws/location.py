@@ -28,10 +28,11 @@ class AwsUrlError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class QueueName:
-    """A queue as the URL gives it: its name, and its URL when the URL gave one."""
+    """A queue as the URL gives it: its name, and its URL when the URL gave one (None:
+    found by name)."""
 
     name: str
-    url: str | None = None
+    url: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ def _queue(value: str, parameter: str) -> QueueName:
             f"aws:// URL: queue name {value!r} ({parameter}) must be 1-80 letters, digits, "
             "'-' or '_'"
         )
-    return QueueName(name=value)
+    return QueueName(name=value, url=None)
 
 
 def parse_aws_url(url: str) -> AwsLocation:
