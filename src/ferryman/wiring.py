@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
+    from ferryman.services.attempt import AttemptTimeouts
     from ferryman.tasks import TaskRegistry
 
 __all__ = [
@@ -216,11 +217,7 @@ class Runtime:
         return compose_worker(
             parts,
             options,
-            timeouts=attempt_timeouts(
-                s.worker.provider_timeout_seconds,
-                attempt_timeout_seconds=s.worker.attempt_timeout_seconds,
-                provider_timeouts=s.provider_timeouts(),
-            ),
+            timeouts=worker_timeouts(s),
             budgets=call_budgets(s),
             shared_limits=self.shared_limits,
         )
@@ -330,6 +327,16 @@ class _ProviderOnFirstUse:
     async def aclose(self) -> None:
         if self._made is not None:
             await self._made.aclose()
+
+
+def worker_timeouts(settings: Settings) -> AttemptTimeouts:
+    """The timeouts of a worker's calls (what bounds one attempt; the Lambda worker
+    starts none that its invocation's time left cannot cover)."""
+    return attempt_timeouts(
+        settings.worker.provider_timeout_seconds,
+        attempt_timeout_seconds=settings.worker.attempt_timeout_seconds,
+        provider_timeouts=settings.provider_timeouts(),
+    )
 
 
 def call_budgets(settings: Settings) -> dict[str, CallBudget]:

@@ -1,0 +1,95 @@
+"""SQS events as Lambda's event source mapping delivers them, built from real deliveries.
+
+The shape is the documented one: ``Records[]`` of messageId, receiptHandle, body,
+attributes (ApproximateReceiveCount, SentTimestamp in milliseconds, SenderId,
+ApproximateFirstReceiveTimestamp, all strings), messageAttributes (name ->
+{stringValue, dataType}), md5OfBody, eventSource "aws:sqs", eventSourceARN, awsRegion.
+Any engine's receive gives the (receipt, body, receive count, sent at) of a record;
+the message id is whatever the queue called the message (a fresh uuid where the
+engine has none to show).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from ferryman.ports.queue import Delivery
+
+REGION = "us-east-1"
+QUEUE_ARN = f"arn:aws:sqs:{REGION}:123456789012:ferryman-jobs"
+SENDER_ID = "AIDAIENQZJOLO23YVJ4VO"
+
+# (message_id, receipt, body, receive_count, sent_at in seconds)
+RecordFacts = tuple[str, str, str, int, float]
+
+
+def sqs_record(
+    message_id: str,
+    receipt: str,
+    body: str,
+    receive_count: int,
+    sent_at: float,
+    *,
+    message_attributes: Mapping[str, str] | None = None,
+    queue_arn: str = QUEUE_ARN,
+) -> dict[str, Any]:
+    """One record; ``message_attributes`` as name -> string value (dataType String)."""
+    sent_ms = str(int(sent_at * 1000))
+    return {
+        "messageId": message_id,
+        "receiptHandle": receipt,
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": sent_ms,
+            "SenderId": SENDER_ID,
+            "ApproximateFirstReceiveTimestamp": sent_ms,
+        },
+        "messageAttributes": {
+            name: {"stringValue": value, "dataType": "String"}
+            for name, value in (message_attributes or {}).items()
+        },
+        "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": queue_arn.split(":")[3],
+    }
+
+
+def sqs_event(records: Iterable[RecordFacts], *, queue_arn: str = QUEUE_ARN) -> dict[str, Any]:
+    """An event of one record per (message_id, receipt, body, receive_count, sent_at)."""
+    return {"Records": [sqs_record(*facts, queue_arn=queue_arn) for facts in records]}
+
+
+def facts_of(delivery: Delivery, message_id: str | None = None) -> RecordFacts:
+    """A real delivery as a record's facts (its body as the queue carries it)."""
+    return (
+        message_id or str(uuid.uuid4()),
+        delivery.receipt,
+        delivery.message.to_body(),
+        delivery.receive_count,
+        delivery.sent_at,
+    )
+
+
+def failed_ids(response: Mapping[str, Any]) -> set[str]:
+    """The message ids a handler's partial batch response names."""
+    return {item["itemIdentifier"] for item in response["batchItemFailures"]}
+
+
+@dataclass
+class FakeContext:
+    """Lambda's context object, as far as the handler reads it."""
+
+    remaining_ms: int = 900_000
+    function_name: str = "ferryman-worker"
+    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
