@@ -284,10 +284,17 @@ async def test_results_in_the_database_have_no_free_space_floor(tmp_path: Path) 
     assert "results free space >= floor" not in by_rule(checks)
 
 
-async def test_live_checks_report_an_unusable_aws_url() -> None:
-    checks = await doctor.check_live(settings(database_url="aws://"))
+async def test_live_checks_report_an_unknown_backend() -> None:
+    checks = await doctor.check_live(settings(database_url="mysql://x"))
     assert len(checks) == 1
     assert not checks[0].ok
+    assert "FERRYMAN_DATABASE_URL must be" in checks[0].fix
+
+
+async def test_an_aws_url_goes_to_the_aws_checks_before_any_engine_opens() -> None:
+    # No AWS call is made: the URL itself is refused first.
+    checks = await doctor.check_live(settings(database_url="aws://"))
+    assert [(c.rule, c.ok) for c in checks] == [("aws:// URL valid", False)]
     assert "a NAME is needed" in checks[0].fix
 
 

@@ -2,8 +2,8 @@
 
 Each rule is a pure function of the Settings returning a Check that says what was
 compared and, when it fails, which FERRYMAN_* variable to change. The rules for
-SQS (12 h total visibility) and the Lambda handler do not apply to the embedded
-SQLite engine this version ships, so they are not listed. Then come the checks
+SQS (12 h total visibility) and the Lambda worker are checked on an ``aws://`` URL
+only, against the live queue and function (cli/doctor_aws.py). Then come the checks
 that look at the live setup: no FERRYMAN_* variable is ignored, the database exists
 with a current schema and can be written, the results directory exists and can be
 written and its filesystem has more free space than the floor below which workers
@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ferryman.cli.common import no_database_message
+from ferryman.cli.doctor_aws import check_aws_live, is_aws_url
 from ferryman.config import unknown_variables
 from ferryman.core.errors import FerrymanError
 from ferryman.services.catalog import provider_reports
@@ -169,12 +170,17 @@ def check_environment(environ: Mapping[str, str] | None = None) -> Check:
     )
 
 
-async def check_live(settings: Settings) -> list[Check]:
+async def check_live(settings: Settings, *, function_name: str | None = None) -> list[Check]:
     """The database and the results location, looked at and never touched.
 
     Nothing is created, migrated or written: a mistyped path must fail here, not
-    become a fresh empty database that makes every check pass.
+    become a fresh empty database that makes every check pass. An ``aws://`` URL is
+    looked at by cli/doctor_aws.py (its queue, DLQ and Lambda worker ``function_name``),
+    chosen by the scheme before anything opens an engine.
     """
+    if is_aws_url(settings.database_url):
+        aws = await check_aws_live(settings, function_name=function_name)
+        return [*aws, *await check_providers(settings)]
     try:
         check_urls(settings)
     except FerrymanError as exc:

@@ -180,15 +180,27 @@ def worker(
 
 @app.command()
 @needs_server
-def doctor() -> None:
+def doctor(
+    function: Annotated[
+        str | None,
+        typer.Option(
+            "--function",
+            metavar="NAME",
+            help="aws:// only: the Lambda worker to check (default: every Lambda the "
+            "queue's event source mappings name).",
+        ),
+    ] = None,
+) -> None:
     """Check the timeouts and limits that must agree, the database and the results location.
 
-    It only looks: nothing is created, migrated or written, whatever it finds.
+    On an aws:// URL: the live queue, its redrive policy and DLQ, and the Lambda worker's
+    event source mapping and timeout. It only looks: nothing is created, migrated or
+    written, whatever it finds.
     """
     from ferryman.cli.doctor import check_environment, check_live, check_settings, render
 
     s = settings()
-    checks = [*check_settings(s), check_environment(), *run(check_live(s))]
+    checks = [*check_settings(s), check_environment(), *run(check_live(s, function_name=function))]
     out_console.print(render(checks))
     failed = [check for check in checks if not check.ok]
     # Also one unwrapped line per failure and warning, readable in logs and narrow terminals.
