@@ -29,9 +29,15 @@ def is_aws_url(url: str) -> bool:
 def worker_timeouts(settings: Settings) -> WorkerTimeouts:
     """The settings the AWS rules compare the live setup with."""
     from ferryman.adapters.aws.timeouts import WorkerTimeouts
+    from ferryman.aws_lambda.batch import TIMEOUT_MARGIN_SECONDS, worst_case_attempt_seconds
+    from ferryman.wiring import worker_timeouts as attempt_timeouts_of
 
+    timeouts = attempt_timeouts_of(settings)
     return WorkerTimeouts(
-        attempt_timeout_seconds=settings.worker.attempt_timeout_seconds,
+        attempt_timeout_seconds=timeouts.attempt_timeout_seconds,
+        handler_margin_seconds=worst_case_attempt_seconds(timeouts)
+        - timeouts.attempt_timeout_seconds
+        + TIMEOUT_MARGIN_SECONDS,
         heartbeat_seconds=settings.heartbeat_seconds,
         visibility_timeout_seconds=settings.worker.visibility_timeout_seconds,
         max_receives=settings.retries.max_receives,

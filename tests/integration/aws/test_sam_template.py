@@ -19,8 +19,10 @@ from ferryman.adapters.aws.timeouts import (
     WorkerTimeouts,
     findings,
 )
+from ferryman.aws_lambda.batch import TIMEOUT_MARGIN_SECONDS
 from ferryman.config.sections import RetrySettings, WorkerSettings
 from ferryman.core.lease import LeasePolicy
+from ferryman.services.delivery import PERSIST_RETRY_DELAYS_SECONDS
 
 TEMPLATE = Path(__file__).parents[3] / "deploy" / "aws" / "template.yaml"
 LINT_TIMEOUT_SECONDS = 100
@@ -132,6 +134,7 @@ def test_the_defaults_hold_every_rule_doctor_checks(template: dict[str, Any]) ->
         visibility_timeout_seconds=worker_defaults.visibility_timeout_seconds,
         max_receives=retry_defaults.max_receives,
         concurrency=worker_defaults.concurrency,
+        handler_margin_seconds=sum(PERSIST_RETRY_DELAYS_SECONDS) + TIMEOUT_MARGIN_SECONDS,
     )
     assert [f.rule for f in findings(queue, [mapping], worker) if not f.ok or f.note] == []
 

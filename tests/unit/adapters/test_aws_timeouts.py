@@ -44,6 +44,7 @@ def worker(**overrides: Any) -> WorkerTimeouts:
         "visibility_timeout_seconds": 60.0,
         "max_receives": 10,
         "concurrency": 64,
+        "handler_margin_seconds": 12.6,
     }
     return WorkerTimeouts(**{**values, **overrides})
 
@@ -127,19 +128,19 @@ def test_the_batching_window_adds_to_the_visibility_needed() -> None:
 
 
 def test_an_attempt_longer_than_the_function_timeout_is_broken() -> None:
-    # 45 s attempt + 20 s heartbeat + 5 s handler margin = 70 s.
-    assert t.attempt_within_function(worker(), mapping(function_timeout_seconds=71)).ok
-    broken = t.attempt_within_function(worker(), mapping(function_timeout_seconds=70))
+    # 45 s attempt + 12.6 s the handler adds (the outcome's writes and its margin) = 57.6 s.
+    assert t.attempt_within_function(worker(), mapping(function_timeout_seconds=58)).ok
+    broken = t.attempt_within_function(worker(), mapping(function_timeout_seconds=57))
     assert not broken.ok
-    assert "Timeout to 71" in broken.fix
-    assert "FERRYMAN_ATTEMPT_TIMEOUT_SECONDS below 45" in broken.fix
+    assert "Timeout to 58" in broken.fix
+    assert "FERRYMAN_ATTEMPT_TIMEOUT_SECONDS below 44.4" in broken.fix
 
 
 def test_a_batch_in_rounds_must_fit_the_function_timeout() -> None:
-    # Two rounds of 65 s plus the 5 s margin: 135 s.
+    # Two rounds of 57.6 s (attempt and the handler's margin): 115.2 s.
     small = worker(concurrency=5)
-    assert t.batch_fits_function(small, mapping(function_timeout_seconds=136)).ok
-    broken = t.batch_fits_function(small, mapping(function_timeout_seconds=135))
+    assert t.batch_fits_function(small, mapping(function_timeout_seconds=116)).ok
+    broken = t.batch_fits_function(small, mapping(function_timeout_seconds=115))
     assert not broken.ok
     assert "BatchSize to 5 or less" in broken.fix
     assert "FERRYMAN_WORKER_CONCURRENCY to 10" in broken.fix
@@ -171,7 +172,7 @@ def test_each_mapping_is_checked_on_its_own() -> None:
     found = t.findings(queue(), [mapping(), slow], worker())
     broken = [f.rule for f in found if not f.ok]
     assert broken == [
-        "longest attempt + 5s < slow timeout",
+        "attempt timeout + 12.6s < slow timeout",
         "worst batch (10 records) < slow timeout",
     ]
 

@@ -36,10 +36,6 @@ from dataclasses import dataclass
 SQS_VISIBILITY_CEILING_SECONDS = 12 * 3600
 # AWS's guidance for an SQS event source: visibility >= 6 x the function's timeout.
 LAMBDA_VISIBILITY_FACTOR = 6
-# The Lambda handler starts no attempt that cannot finish in the invocation's remaining
-# time minus this much (the outcome's writes and the batch response need it).
-# ferryman.aws_lambda's own margin must be this one.
-LAMBDA_HANDLER_MARGIN_SECONDS = 5.0
 
 TEMPLATE = "deploy/aws/template.yaml"
 
@@ -94,6 +90,10 @@ class WorkerTimeouts:
     max_receives: int
     # How many of a batch's records the Lambda handler runs at once.
     concurrency: int
+    # What the Lambda handler adds to an attempt's timeout before it starts one (the
+    # outcome's writes ridden through a brief outage, and its margin): it starts none
+    # its invocation's time left cannot cover (ferryman.aws_lambda.batch).
+    handler_margin_seconds: float
 
     @property
     def longest_attempt_seconds(self) -> float:
@@ -206,9 +206,9 @@ def visibility_covers_function(queue: QueueObserved, mapping: MappingObserved) -
 
 
 def attempt_within_function(worker: WorkerTimeouts, mapping: MappingObserved) -> Finding:
-    needed = worker.longest_attempt_seconds + LAMBDA_HANDLER_MARGIN_SECONDS
+    needed = worker.attempt_timeout_seconds + worker.handler_margin_seconds
     return _finding(
-        f"longest attempt + {LAMBDA_HANDLER_MARGIN_SECONDS:g}s < {mapping.function_name} timeout",
+        f"attempt timeout + {worker.handler_margin_seconds:g}s < {mapping.function_name} timeout",
         f"{_seconds(needed)} < {mapping.function_timeout_seconds}s",
         needed < mapping.function_timeout_seconds,
         f"raise {mapping.function_name}'s Timeout to {math.floor(needed) + 1} (FunctionTimeout "
@@ -221,7 +221,7 @@ def batch_fits_function(worker: WorkerTimeouts, mapping: MappingObserved) -> Fin
     """The handler runs ``concurrency`` records at once: a batch larger than that runs
     in rounds, and its worst case is every round taking the longest attempt."""
     rounds = math.ceil(mapping.batch_size / worker.concurrency)
-    worst = rounds * worker.longest_attempt_seconds + LAMBDA_HANDLER_MARGIN_SECONDS
+    worst = rounds * (worker.attempt_timeout_seconds + worker.handler_margin_seconds)
     return _finding(
         f"worst batch ({mapping.batch_size} records) < {mapping.function_name} timeout",
         f"{rounds} round(s): {_seconds(worst)} < {mapping.function_timeout_seconds}s",
