@@ -321,7 +321,7 @@ def test_dlq_replay_requires_a_reason(tmp_path: Path) -> None:
     [
         ("FERRYMAN_LEASE_SECONDS", "-5", "FERRYMAN_LEASE_SECONDS"),
         ("FERRYMAN_DATABASE_URL", "aws://", "not available in this version"),
-        ("FERRYMAN_RESULTS_URL", "s3://bucket/prefix", "not available in this version"),
+        ("FERRYMAN_RESULTS_URL", "s3://Bad_Bucket/prefix", "bucket name 'Bad_Bucket'"),
         ("FERRYMAN_DATABASE_URL", "mysql://db", "sqlite:///"),
     ],
 )

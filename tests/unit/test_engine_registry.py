@@ -18,7 +18,6 @@ from ferryman.engines import (
     engine_entry,
     engine_name,
 )
-from ferryman.result_stores import results_directory
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = ROOT / "src" / "ferryman" / "adapters"
@@ -129,8 +128,6 @@ def test_a_password_in_an_unknown_url_is_never_shown() -> None:
 def test_reserved_schemes_are_unsupported_not_unknown() -> None:
     with pytest.raises(UnsupportedBackendError):
         engine_entry("aws://dynamodb?region=eu-west-1")
-    with pytest.raises(UnsupportedBackendError):
-        results_directory("s3://bucket/results")
 
 
 @pytest.mark.parametrize(
