@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.aws import drift
 from ferryman.adapters.aws.drift import MESSAGE_RETENTION_SECONDS
-from ferryman.adapters.aws.errors import MISSING_CODES, error_code
+from ferryman.adapters.aws.errors import MISSING_CODES, error_code, translate_errors
 from ferryman.adapters.aws.layout import TTL_ATTRIBUTE, table_definition
 
 if TYPE_CHECKING:
@@ -118,10 +118,15 @@ async def _survey(
     create: bool,
 ) -> ProvisionReport:
     report = ProvisionReport()
-    await _table(clients, location.table, report, create=create)
-    await _queues(clients, location, report, max_receives=max_receives, create=create)
+    # An outage is StoreUnavailableError naming the service; a refusal (AccessDenied,
+    # a limit) propagates as the SDK's error for the caller to show.
+    with translate_errors("dynamodb"):
+        await _table(clients, location.table, report, create=create)
+    with translate_errors("sqs"):
+        await _queues(clients, location, report, max_receives=max_receives, create=create)
     if bucket is not None:
-        await _bucket(clients, bucket, report, create=create)
+        with translate_errors("s3"):
+            await _bucket(clients, bucket, report, create=create)
     return report
 
 
@@ -180,9 +185,7 @@ async def _queues(
     }
     if dlq_arn is not None:
         queue_attributes["RedrivePolicy"] = redrive_policy(dlq_arn, max_receives)
-    _, queue_found = await _queue(
-        clients, location.queue, queue_attributes, report, create=create
-    )
+    _, queue_found = await _queue(clients, location.queue, queue_attributes, report, create=create)
     if queue_found:
         report.disagreements += drift.queue_disagreements(
             location.queue.name,
