@@ -2,8 +2,10 @@
 
 ``db`` keeps results in the engine's own database (``Engine.results``: the engine
 opens and closes it); ``file://dir`` keeps them in segment files under a directory
-(``FileResultStore``, opened and closed here); ``s3://`` is reserved for a later
-version. ``open_result_store(url, engine)`` is the one lifecycle wiring, tests and
+(``FileResultStore``, opened and closed here); ``s3://BUCKET/PREFIX`` keeps them as
+S3 objects (``S3ResultStore``, over AWS clients of its own, opened and closed here:
+the engine need not be AWS's, so S3 results beside PostgreSQL work too).
+``open_result_store(url, engine)`` is the one lifecycle wiring, tests and
 benchmarks use, whichever store it is. No Settings here: wiring reads them.
 """
 
@@ -16,18 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferryman.config import may_be_secret
-from ferryman.engines import InvalidUrlError, UnsupportedBackendError
+from ferryman.engines import InvalidUrlError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from ferryman.adapters.aws.bucket import BucketLocation
     from ferryman.engines import Engine
     from ferryman.ports.results import ResultStore
 
 FILE_SCHEME = "file://"
+S3_SCHEME = "s3://"
 INLINE_RESULTS = "db"
-# Result stores whose URLs are reserved but which this version does not ship.
-_PLANNED_RESULTS = ("s3://",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +40,24 @@ class OpenResultStore:
     location: str
 
 
+def results_bucket(results_url: str) -> BucketLocation | None:
+    """The bucket and prefix of ``s3://BUCKET/PREFIX`` (None for any other URL);
+    InvalidUrlError, naming what is wrong, for an s3:// URL S3 cannot take."""
+    if not results_url.startswith(S3_SCHEME):
+        return None
+    from ferryman.adapters.aws.bucket import parse_s3_url
+    from ferryman.adapters.aws.location import AwsUrlError
+
+    try:
+        return parse_s3_url(results_url)
+    except AwsUrlError as exc:
+        raise InvalidUrlError(f"FERRYMAN_RESULTS_URL: {exc}") from None
+
+
 def results_directory(results_url: str) -> str | None:
-    """The directory of ``file://dir``, or None for results kept in the database."""
-    for scheme in _PLANNED_RESULTS:
-        if results_url.startswith(scheme):
-            raise UnsupportedBackendError(
-                f"FERRYMAN_RESULTS_URL={scheme}... is not available in this version; "
-                "use file://directory or db"
-            )
-    if results_url == INLINE_RESULTS:
+    """The directory of ``file://dir``; None for results kept elsewhere (the database,
+    or S3). Raises InvalidUrlError for a URL no result store takes."""
+    if results_url == INLINE_RESULTS or results_bucket(results_url) is not None:
         return None
     if not results_url.startswith(FILE_SCHEME):
         shown = (
@@ -54,7 +65,9 @@ def results_directory(results_url: str) -> str | None:
             if may_be_secret(results_url)
             else repr(results_url)
         )
-        raise InvalidUrlError(f"FERRYMAN_RESULTS_URL must be file://directory or db, got {shown}")
+        raise InvalidUrlError(
+            f"FERRYMAN_RESULTS_URL must be file://directory, s3://BUCKET/PREFIX or db, got {shown}"
+        )
     directory = results_url.removeprefix(FILE_SCHEME)
     if not directory:
         raise InvalidUrlError("FERRYMAN_RESULTS_URL names no directory: use file://./results")
@@ -68,6 +81,11 @@ async def open_result_store(
     """The store ``results_url`` names over the open ``engine``; closed on exit.
     ``min_free_bytes`` (files only; None: the store's own) is where a results
     directory stops taking new work."""
+    bucket = results_bucket(results_url)
+    if bucket is not None:
+        async with _open_s3_store(bucket) as opened:
+            yield opened
+        return
     directory = results_directory(results_url)
     if directory is None:
         # The engine's own: it closes with the engine.
@@ -86,3 +104,14 @@ async def open_result_store(
     finally:
         # Finishes the puts already submitted and joins the writer thread: blocking.
         await asyncio.to_thread(files.close)
+
+
+@asynccontextmanager
+async def _open_s3_store(bucket: BucketLocation) -> AsyncIterator[OpenResultStore]:
+    """The S3 store over clients of its own (closed on exit): the engine may be any.
+    Nothing is called here; a missing bucket is found by the store's probe."""
+    from ferryman.adapters.aws.clients import open_clients
+    from ferryman.adapters.aws.results_s3 import S3ResultStore
+
+    async with open_clients() as clients:
+        yield OpenResultStore(S3ResultStore(clients, bucket.bucket, bucket.prefix), bucket.shown())

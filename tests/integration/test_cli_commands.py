@@ -322,7 +322,7 @@ def test_dlq_replay_requires_a_reason(tmp_path: Path) -> None:
         ("FERRYMAN_LEASE_SECONDS", "-5", "FERRYMAN_LEASE_SECONDS"),
         ("FERRYMAN_DATABASE_URL", "aws://", "a NAME is needed"),
         ("FERRYMAN_DATABASE_URL", "aws://x?region=eu-west-1", "unknown parameter 'region'"),
-        ("FERRYMAN_RESULTS_URL", "s3://bucket/prefix", "not available in this version"),
+        ("FERRYMAN_RESULTS_URL", "s3://Bad_Bucket/prefix", "bucket name 'Bad_Bucket'"),
         ("FERRYMAN_DATABASE_URL", "mysql://db", "sqlite:///"),
     ],
 )

@@ -13,12 +13,10 @@ import pytest
 from ferryman.engines import (
     ENGINES,
     InvalidUrlError,
-    UnsupportedBackendError,
     check_engine_url,
     engine_entry,
     engine_name,
 )
-from ferryman.result_stores import results_directory
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = ROOT / "src" / "ferryman" / "adapters"
@@ -137,11 +135,6 @@ def test_an_aws_url_is_checked_before_anything_opens() -> None:
     with pytest.raises(InvalidUrlError, match="queue name or a queue URL"):
         check_engine_url("aws://jobs?queue=https://example.com/q")
     check_engine_url("aws://jobs?queue=https://sqs.eu-west-1.amazonaws.com/123456789012/q")
-
-
-def test_reserved_result_schemes_are_unsupported_not_unknown() -> None:
-    with pytest.raises(UnsupportedBackendError):
-        results_directory("s3://bucket/results")
 
 
 @pytest.mark.parametrize(

@@ -222,11 +222,19 @@ def migrate() -> None:
     """Make or upgrade the database and make the results directory.
 
     Makes the database if there is none and brings its schema up to date; makes the
-    results directory if there is none. Says on stderr what it did, by absolute path."""
+    results directory if there is none. Says on stderr what it did, by absolute path.
+    On aws://NAME: makes the table, queues and S3 bucket that are missing and names
+    every setting of those that exist which disagrees (exit 1)."""
     run(_migrate(settings()))
 
 
 async def _migrate(s: Settings) -> None:
+    from ferryman.cli.aws_migrate import is_aws, migrate_aws
+
+    if is_aws(s.database_url):
+        # Before anything opens the engine: on AWS, migrating is provisioning.
+        await migrate_aws(s)
+        return
     from ferryman.wiring import (
         check_results_location,
         open_runtime,

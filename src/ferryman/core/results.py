@@ -24,15 +24,27 @@ def result_key(tenant_id: str, job_id: str, attempt_id: str) -> str:
     return f"{tenant_id}/{job_id}.{attempt_id}{_SUFFIX}"
 
 
-def job_id_of(key: str) -> str | None:
-    """The job a key belongs to, or None for a key this rule did not make."""
+def _ids_of(key: str) -> tuple[str, str] | None:
+    """(job id, attempt id) of a key this rule made; None for any other key."""
     _, _, name = key.rpartition("/")
     if not name.endswith(_SUFFIX):
         return None
     job_id, dot, attempt_id = name.removesuffix(_SUFFIX).partition(".")
     if not job_id or not dot or not attempt_id or "." in attempt_id:
         return None
-    return job_id
+    return job_id, attempt_id
+
+
+def job_id_of(key: str) -> str | None:
+    """The job a key belongs to, or None for a key this rule did not make."""
+    ids = _ids_of(key)
+    return None if ids is None else ids[0]
+
+
+def attempt_id_of(key: str) -> str | None:
+    """The attempt whose output a key names, or None for a key this rule did not make."""
+    ids = _ids_of(key)
+    return None if ids is None else ids[1]
 
 
 def checksum(data: bytes) -> str:
