@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -56,6 +55,7 @@ import structlog
 from ferryman.adapters.aws import queue_wire as wire
 from ferryman.adapters.aws.errors import error_code, translate_errors
 from ferryman.adapters.aws.provision import queue_url
+from ferryman.adapters.aws.queue_hiding import PARK_VISIBILITY_SECONDS, Hiding, ParkedKeeper
 from ferryman.adapters.aws.queue_letters import UndecodableLetters
 from ferryman.adapters.aws.queue_parking import Allowance, Parked, ParkingLot
 from ferryman.adapters.aws.queue_receipts import Held, ReceiptBook
@@ -69,8 +69,6 @@ from ferryman.ports.queue import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ferryman.adapters.aws.clients import AwsClients
     from ferryman.adapters.aws.location import AwsLocation
     from ferryman.core.clock import Clock
@@ -82,13 +80,10 @@ QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=False)
 
 VISIBILITY_BUDGET_SECONDS = 12 * 3600 - 60
 PARKING_CAPACITY = 40  # four full receives' worth
-PARK_VISIBILITY_SECONDS = 60
-PARK_REFRESH_AHEAD_SECONDS = 10  # hide a parked one again this long before it shows
 PARKED_POLL_SECONDS = 1
 MAX_PULLS = 5  # SQS receives per receive call, the later ones only for what is there
 DEAD_LETTER_VISIBILITY_SECONDS = 30  # the sweeper fails the job and deletes meanwhile
 ANY_VISIBLE_CACHE_SECONDS = 0.5
-RETRY_AFTER_OUTAGE_SECONDS = 1.0
 
 
 class SqsJobQueue:
@@ -116,8 +111,8 @@ class SqsJobQueue:
         self._book = ReceiptBook()
         self._lot = ParkingLot(parking_capacity)
         self._parking = asyncio.Lock()
-        self._parked_changed = asyncio.Event()
-        self._keeper: asyncio.Task[None] | None = None
+        self._hiding = Hiding(self._sqs, queue_url, clock=clock, book=self._book)
+        self._keeper = ParkedKeeper(self._lot, self._parking, self._hiding, clock=clock)
         self._visible_cache: tuple[float, bool] | None = None
 
     @classmethod
@@ -153,15 +148,11 @@ class SqsJobQueue:
 
     async def close(self) -> None:
         """Stop keeping parked deliveries hidden, and let them go for other workers."""
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
-            self._keeper = None
+        await self._keeper.stop()
         async with self._parking:
             parked = self._lot.empty()
-        with contextlib.suppress(Exception):
-            await self._hide([p.delivery.receipt for p in parked], lambda _receipt: 0)
+        with contextlib.suppress(Exception):  # closing: what is not let go shows in time
+            await self._hiding.let_go([p.delivery.receipt for p in parked])
 
     @property
     def capabilities(self) -> QueueCapabilities:
@@ -287,10 +278,9 @@ class SqsJobQueue:
                 hidden_until = self._clock.now() if held is None else held.hidden_until
                 released += self._lot.park(Parked(delivery, message_id, hidden_until))
         if len(returned) < len(admitted):
-            self._parked_changed.set()
-            self._start_keeper()
+            self._keeper.parked()
         if released:
-            await self._let_go([p.delivery.receipt for p in released])
+            await self._hiding.let_go([p.delivery.receipt for p in released])
         return returned
 
     async def _unpark(self, allowance: Allowance, visibility: int) -> list[Delivery]:
@@ -299,7 +289,8 @@ class SqsJobQueue:
             taken = self._lot.take(allowance)
             if not taken:
                 return []
-            failed = await self._hide([p.delivery.receipt for p in taken], lambda _r: visibility)
+            receipts = [p.delivery.receipt for p in taken]
+            failed = await self._hiding.hide(receipts, lambda _receipt: visibility)
         for parked in taken:
             if parked.delivery.receipt in failed:
                 allowance.take_back(parked.delivery.message.tenant_id)
@@ -315,114 +306,13 @@ class SqsJobQueue:
             return
         await self._delete_at(url, received.receipt)
 
-    # --- keeping parked deliveries hidden ----------------------------------------------
-
-    def _start_keeper(self) -> None:
-        if self._keeper is None or self._keeper.done():
-            self._keeper = asyncio.create_task(self._keep_parked())
-
-    async def _keep_parked(self) -> None:
-        while self._lot:
-            next_at = self._lot.next_due_at(ahead_seconds=PARK_REFRESH_AHEAD_SECONDS)
-            delay = 0.0 if next_at is None else next_at - self._clock.now()
-            if delay > 0:
-                self._parked_changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await self._parked_changed.wait()
-                continue
-            try:
-                await self._hide_due()
-            except Exception as exc:  # noqa: BLE001 - an outage: try again in a moment
-                log.warning("sqs.parked_not_hidden", error=type(exc).__name__)
-                await asyncio.sleep(RETRY_AFTER_OUTAGE_SECONDS)
-
-    async def _hide_due(self) -> None:
-        async with self._parking:
-            now = self._clock.now()
-            due = self._lot.due(now=now, ahead_seconds=PARK_REFRESH_AHEAD_SECONDS)
-            failed = await self._hide(
-                [p.delivery.receipt for p in due], lambda _r: PARK_VISIBILITY_SECONDS
-            )
-            self._lot.drop(failed)
-            for parked in due:
-                held = self._book.get(parked.delivery.receipt)
-                parked.hidden_until = (
-                    now + PARK_VISIBILITY_SECONDS if held is None else held.hidden_until
-                )
-
-    async def _hide(self, receipts: list[str], seconds: Callable[[str], float]) -> set[str]:
-        """Hide each for ``seconds(receipt)`` (clamped to its 12-hour limit), ten per
-        request; the receipts SQS refused (or that are past their limit), retired."""
-        now = self._clock.now()
-        failed: set[str] = set()
-        entries: list[tuple[str, int]] = []
-        for receipt in receipts:
-            wanted = wire.visibility_seconds(seconds(receipt))
-            allowed = self._clamped(receipt, wanted, now)
-            if allowed is None:
-                failed.add(receipt)
-            else:
-                entries.append((receipt, allowed))
-        for start in range(0, len(entries), wire.MAX_BATCH):
-            chunk = entries[start : start + wire.MAX_BATCH]
-            with translate_errors("sqs"):
-                response = await self._sqs.change_message_visibility_batch(
-                    QueueUrl=self._url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": s}
-                        for i, (r, s) in enumerate(chunk)
-                    ],
-                )
-            refused = {int(entry["Id"]) for entry in response.get("Failed") or []}
-            for i, (receipt, allowed) in enumerate(chunk):
-                if i in refused:
-                    failed.add(receipt)
-                else:
-                    self._book.hidden_until(receipt, now + allowed)
-        for receipt in failed:
-            self._book.retire(receipt)
-        return failed
-
-    def _clamped(self, receipt: str, seconds: int, now: float) -> int | None:
-        """``seconds``, or less to stay within the receipt's 12-hour limit; None when it
-        cannot be hidden at all any more."""
-        if seconds <= 0:
-            return 0
-        held = self._book.get(receipt)
-        if held is None:
-            return seconds  # a receipt of another process: SQS holds its limit
-        left = math.floor(held.extendable_until - now)
-        return None if left <= 0 else min(seconds, left)
-
-    async def _let_go(self, receipts: list[str]) -> None:
-        await self._hide(receipts, lambda _r: 0)
-        for receipt in receipts:
-            self._book.retire(receipt)
-
     # --- receipts ------------------------------------------------------------------------
 
     async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
-        if self._book.is_stale(receipt):
-            return False
-        now = self._clock.now()
-        seconds = self._clamped(receipt, wire.visibility_seconds(timeout_seconds), now)
-        if seconds is None:
-            return False
-        try:
-            with translate_errors("sqs"):
-                await self._sqs.change_message_visibility(
-                    QueueUrl=self._url, ReceiptHandle=receipt, VisibilityTimeout=seconds
-                )
-        except Exception as exc:
-            if error_code(exc) not in wire.STALE_RECEIPT_CODES:
-                raise
-            self._book.retire(receipt)
-            return False
-        self._book.hidden_until(receipt, now + seconds)
-        if seconds == 0:
+        changed = await self._hiding.change(receipt, timeout_seconds)
+        if changed and timeout_seconds <= 0:
             self._visible_cache = None
-        return True
+        return changed
 
     async def delete(self, receipt: str) -> None:
         if self._book.is_stale(receipt):
