@@ -103,6 +103,10 @@ class Delivery:
     receipt: str
     receive_count: int
     sent_at: float
+    # Epoch seconds: the latest moment this receipt's message can be kept hidden to
+    # (``change_visibility`` clamps to it). SQS caps a receive's visibility at 12 hours;
+    # a worker does not start an attempt that cannot finish before it. None: no limit.
+    extendable_until: float | None = None
 
 
 class DeadLetterReason(enum.StrEnum):
@@ -199,8 +203,10 @@ class JobQueue(Protocol):
         ...
 
     async def change_visibility(self, receipt: str, *, timeout_seconds: float) -> bool:
-        """Hide (or show, with 0) the received message for timeout_seconds from now.
-        False when the receipt is stale (the message was received again or deleted)."""
+        """Hide (or show, with 0) the received message for timeout_seconds from now,
+        but never past its delivery's ``extendable_until`` (hidden until then instead).
+        False when the receipt is stale (the message was received again or deleted), or
+        when ``extendable_until`` has passed and it cannot be hidden any longer."""
         ...
 
     async def delete(self, receipt: str) -> None:
