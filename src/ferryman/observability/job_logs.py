@@ -71,6 +71,13 @@ class LogObserver(JobObserver):
                 status=None if job is None else str(job.status),
                 receive_count=delivery.receive_count,
             )
+        elif skip is Skip.NO_TIME:
+            log.warning(
+                "delivery.no_time_for_an_attempt",
+                job_id=delivery.message.job_id,
+                extendable_until=delivery.extendable_until,
+                receive_count=delivery.receive_count,
+            )
 
     def completed(self, change: Change) -> None:
         job = change.after

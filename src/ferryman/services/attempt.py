@@ -194,6 +194,12 @@ class AttemptRunner:
         # Attended attempts by job id: what the cancel watcher looks at.
         self._attended: dict[str, RunningAttempt] = {}
 
+    @property
+    def longest_attempt_seconds(self) -> float:
+        """The longest one attempt may hold its message: its call, bounded by the attempt
+        timeout whatever the provider, then a lease's worth for its writes."""
+        return self._timeouts.attempt_timeout_seconds + self._lease.lease_seconds
+
     def release_all(self) -> None:
         """Interrupt every attended attempt so it gives its job back (shutdown)."""
         self._releasing.set()

@@ -139,7 +139,20 @@ class DeliveryHandler:
             return await self._fail_exhausted(delivery, job)
         if await self._provider_paused(job):
             return await self._requeue(delivery, PAUSED_PROVIDER_RECHECK_SECONDS)
+        if not self._time_for_an_attempt(delivery, now):
+            self._observers.delivery_skipped(delivery, job, Skip.NO_TIME)
+            await self._hide(delivery, 0.0)
+            return Verdict.DEFERRED
         return await self._claim_and_run(delivery, job)
+
+    def _time_for_an_attempt(self, delivery: Delivery, now: float) -> bool:
+        """Whether the receipt can stay hidden for as long as an attempt may take. A
+        queue whose visibility has a ceiling (SQS: 12 hours from the receive) says so
+        in ``Delivery.extendable_until``; an attempt that could outlive it is not
+        started, so its message never reappears under a live attempt. Letting the
+        message go at once gives it a new receive, whose window starts again."""
+        until = delivery.extendable_until
+        return until is None or now + self._runner.longest_attempt_seconds <= until
 
     @property
     def probes(self) -> ProviderProbes:
@@ -169,6 +182,8 @@ class DeliveryHandler:
         if job.not_before is not None and job.not_before > now:
             return None
         if job.failure_count >= self._retry_policy(job).max_attempts:
+            return None
+        if not self._time_for_an_attempt(delivery, now):
             return None
         try:
             provider = self._catalog.route_at(job.model, job.fallback_level).provider.name

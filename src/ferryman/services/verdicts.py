@@ -26,3 +26,6 @@ class Skip(enum.StrEnum):
     DUPLICATE = "duplicate"
     # Its payload is of a layout this worker does not know (a newer version's).
     UNKNOWN_PAYLOAD = "unknown_payload"
+    # Its receipt's visibility cannot be extended long enough for an attempt to finish
+    # (SQS: 12 hours from the receive): let go for a receive that can.
+    NO_TIME = "no_time"
