@@ -295,12 +295,15 @@ async def _aws(
     """DynamoDB, SQS and its DLQ on the emulator (tests/aws_emulator.py): a fresh table
     and queues per test, made as ``ferryman migrate`` makes them."""
     from ferryman.adapters.aws.clients import AwsClients
+    from ferryman.adapters.aws.location import parse_aws_url
+    from ferryman.adapters.aws.provision import queue_url as find_queue
 
     url = await request.getfixturevalue("aws_url_factory")()
     async with open_engine(url, clock=clock, options=OPTIONS) as opened:
         clients = opened.database
         assert isinstance(clients, AwsClients)
-        queue_url = await opened.queue.queue_url()  # type: ignore[attr-defined]
+        queue_url = await find_queue(clients, parse_aws_url(url).queue)
+        assert queue_url is not None
 
         async def send_raw(body: str) -> None:
             await clients.sqs.send_message(QueueUrl=queue_url, MessageBody=body)

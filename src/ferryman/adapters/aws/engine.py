@@ -66,17 +66,20 @@ async def open_engine(url: str, clock: Clock, options: EngineOptions) -> AsyncIt
 
 
 async def probe_database(url: str) -> DatabaseProbe:
-    """Look at the table, queues and (nothing else) without creating anything: what is
-    missing or disagrees is the error, naming ``ferryman migrate``."""
+    """Whether the table and queues exist, creating nothing: what is missing is the
+    error, naming ``ferryman migrate``. What exists but disagrees with the settings is
+    for ``ferryman migrate`` and ``ferryman doctor`` to name: they know the settings
+    (the redrive count to expect), a probe of the URL does not."""
     from ferryman.adapters.aws.clients import AwsConfigurationError, open_clients
     from ferryman.adapters.aws.errors import describe, is_outage
     from ferryman.adapters.aws.provision import check
+    from ferryman.engines import EngineOptions
 
     location = parse_aws_url(url)
     shown = location.shown()
     try:
-        async with open_clients() as clients:
-            report = await check(clients, location, max_receives=None, bucket=None)
+        async with open_clients(max_pool_connections=4) as clients:
+            report = await check(clients, location, max_receives=EngineOptions().max_receives)
     except AwsConfigurationError as exc:
         return DatabaseProbe(
             path=shown, exists=False, latest_version=SCHEMA_VERSION, error=str(exc)
@@ -95,9 +98,5 @@ async def probe_database(url: str) -> DatabaseProbe:
             error=f"aws: missing {', '.join(report.missing)} (run `ferryman migrate`)",
         )
     return DatabaseProbe(
-        path=shown,
-        exists=True,
-        latest_version=SCHEMA_VERSION,
-        schema_version=SCHEMA_VERSION,
-        error=("aws: " + "; ".join(report.disagreements)) if report.disagreements else None,
+        path=shown, exists=True, latest_version=SCHEMA_VERSION, schema_version=SCHEMA_VERSION
     )
