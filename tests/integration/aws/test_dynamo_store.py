@@ -311,6 +311,22 @@ async def test_a_change_from_a_stale_revision_writes_nothing(stack: Stack) -> No
     assert (await stack.store.usage("t1")).unfinished == 0
 
 
+async def test_a_heartbeat_is_one_conditional_write_and_a_stale_one_writes_nothing(
+    stack: Stack,
+) -> None:
+    job = (await stack.accept(stack.job())).job
+    claimed = await stack.claim(job.job_id)
+    renew = changes.renew_lease(
+        claimed, attempt_id=claimed.attempt_id, now=stack.now(), lease_until=stack.now() + 90
+    )
+    assert (renew.events, renew.opened, renew.closed, renew.backlog_delta) == ((), None, (), 0)
+
+    assert await stack.port.apply(renew) is True
+    assert await stack.port.apply(renew) is False  # its revision moved: the first wrote it
+    stored = await stack.store.get(job.job_id)
+    assert stored == renew.after
+
+
 async def test_a_change_to_a_job_that_is_gone_is_not_written(stack: Stack) -> None:
     job = stack.job()
     change = changes.mark_dispatched(

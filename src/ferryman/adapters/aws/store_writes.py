@@ -131,12 +131,16 @@ class TransactionCancelled(Exception):
 
 
 async def transact(clients: AwsClients, ops: list[dict[str, Any]]) -> None:
-    """Write ``ops`` in one transaction. Raises TransactionCancelled when a condition
-    failed (nothing was written), StoreUnavailableError on an outage."""
+    """Write ``ops`` in one transaction (one op: its single-item write, as atomic and half
+    the price). Raises TransactionCancelled when a condition failed (nothing was
+    written), StoreUnavailableError on an outage."""
     if len(ops) > MAX_TRANSACTION_ITEMS:
         raise ValueError(
             f"a DynamoDB transaction holds at most {MAX_TRANSACTION_ITEMS} items, not {len(ops)}"
         )
+    if len(ops) == 1:
+        await _write_one(clients, ops[0])
+        return
     for attempt in range(TRANSIENT_RETRIES + 1):
         try:
             with translate_errors("dynamodb"):
@@ -156,6 +160,27 @@ async def transact(clients: AwsClients, ops: list[dict[str, Any]]) -> None:
                     f"dynamodb: transaction cancelled ({', '.join(sorted(codes))})"
                 ) from exc
         await asyncio.sleep(_BACKOFF_SECONDS * (2**attempt) * random.uniform(0.5, 1.5))
+
+
+# A transaction of one item costs twice what the same conditional write does alone, and
+# is no more atomic: a heartbeat (the job's Update and nothing else) is written alone.
+_SINGLE_WRITES = {"Put": "put_item", "Update": "update_item", "Delete": "delete_item"}
+
+
+async def _write_one(clients: AwsClients, op: dict[str, Any]) -> None:
+    (kind, arguments), *_ = op.items()
+    try:
+        with translate_errors("dynamodb"):
+            await getattr(clients.dynamodb, _SINGLE_WRITES[kind])(**arguments)
+    except Exception as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        response: Any = getattr(exc, "response", {})
+        old = response.get("Item") if isinstance(response, dict) else None
+        reason: dict[str, Any] = {"Code": CONDITION_FAILED}
+        if old:
+            reason["Item"] = old
+        raise TransactionCancelled([reason]) from exc
 
 
 def _reasons(exc: BaseException) -> list[dict[str, Any]]:
