@@ -55,10 +55,17 @@ class StoreCapabilities:
     # lag or drift (an engine that counts asynchronously); quotas then bound storage
     # only approximately, and reports say so.
     usage_exact: bool = True
+    # The most bytes of a job's input and metadata (UTF-8 JSON) one job can store; None:
+    # no limit of the engine's own. A DynamoDB item holds at most 400 KB. ``create`` and
+    # ``create_many`` refuse a bigger job with a ValueError naming the limit; the
+    # services refuse it before that, as a request the engine cannot hold.
+    max_job_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_atomic_batch is not None and self.max_atomic_batch < 1:
             raise ValueError("max_atomic_batch must be at least 1 (or None: no limit)")
+        if self.max_job_bytes is not None and self.max_job_bytes < 1:
+            raise ValueError("max_job_bytes must be at least 1 (or None: no limit)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,37 +1,68 @@
-"""The DynamoDB table's shape: its keys, its indexes and its TTL attribute.
+"""The DynamoDB table's shape: its keys, its indexes, its TTL attribute, and its shards.
 
 One table holds everything the engine keeps (a single-table design): each item's
 ``pk`` and ``sk`` say what it is. ``ferryman migrate`` creates the table from
-``TABLE`` and checks an existing one against it (adapters/aws/provision.py); the
-store (adapters/aws/store.py) is the only writer of the items.
+``table_definition`` and checks an existing one against it (adapters/aws/provision.py);
+the job store (adapters/aws/store.py) is the only writer of the items below.
 
 Item kinds (pk / sk):
 
 - a job: ``job#<job_id>`` / ``job``; its events ``event#<seq:010d>`` and attempts
-  ``attempt#<no:06d>`` under the same pk, so one Query reads a job's history;
+  ``attempt#<attempt_id>`` under the same pk, so one Query reads a job's history and
+  a change names an attempt it closes by the id the change carries;
 - an idempotency entry: ``idem#<tenant>#<key>`` / ``idem``, with TTL;
 - the per-tenant counters, sharded so no single item takes a tenant's every write:
   ``usage#<tenant>`` / ``shard#<n>``;
+- the readiness probe's item: ``probe`` / ``probe``;
 - API keys, operator switches, the audit log, shared limits: see their modules.
+
+Indexes (every one sparse: an item is in an index only while it has that index's keys):
+
+- ``by_tenant``: a tenant's jobs, newest first (``t#<tenant>`` / job id, a ULID);
+- ``all_jobs``: every tenant's jobs over ALL_JOBS_SHARDS partitions (``all#<n>`` / job
+  id), merged newest first by the reader, so no single partition takes every write;
+- ``sweep``: what the sweeper and retention look for, by time, over SWEEP_SHARDS
+  partitions each: ``open#<n>`` the unfinished jobs something may fail to drive (all
+  but QUEUED jobs whose message was sent), by update time; ``done#<n>`` the finished
+  jobs, by completion; ``idem#<n>`` the idempotency entries that expire, by expiry;
+- ``attempts_by_day``: attempt items by the UTC day they started, each day over
+  ATTEMPT_DAY_SHARDS partitions (``day#<YYYY-MM-DD>#<n>`` / ``<tenant>#<attempt_id>``).
+
+A shard is chosen from the item's own id (crc32, stable across processes), so a job's
+every write lands on the same shard of each sharded thing: its create and its finish
+move the same counter item.
 """
 
 from __future__ import annotations
 
+import zlib
+from datetime import UTC, datetime
 from typing import Any
 
 # Epoch seconds (a Number) after which DynamoDB may delete the item. Deletion lags by
 # up to days: every read that cares filters on it (an expired entry is not there).
 TTL_ATTRIBUTE = "ttl"
 
-# Global secondary indexes: name -> (partition key, sort key, projection).
-INDEX_BY_TENANT = "by_tenant"  # a tenant's jobs, newest first (sort key: job id, a ULID)
-INDEX_ALL_JOBS = "all_jobs"  # every tenant's jobs, over ALL_JOBS_SHARDS partitions
-INDEX_SWEEP = "sweep"  # sparse: unfinished jobs by update time, finished by completion
-INDEX_ATTEMPTS = "attempts_by_day"  # attempt items by the UTC day they started
+# Global secondary indexes.
+INDEX_BY_TENANT = "by_tenant"
+INDEX_ALL_JOBS = "all_jobs"
+INDEX_SWEEP = "sweep"
+INDEX_ATTEMPTS = "attempts_by_day"
 
 ALL_JOBS_SHARDS = 16
+SWEEP_SHARDS = 16
+ATTEMPT_DAY_SHARDS = 8
+# A tenant's counters: one transaction may touch an item once, and items of one
+# partition take about 1,000 writes a second, so a tenant's jobs spread over these.
+COUNTER_SHARDS = 8
 
-# What a list of jobs reads (ports/store.py's JobSummary), never a job's input.
+JOB_SK = "job"
+IDEM_SK = "idem"
+EVENT_PREFIX = "event#"
+ATTEMPT_PREFIX = "attempt#"
+
+# What a list of jobs reads (ports/store.py's JobSummary), never a job's input; with
+# error_code, which lists filter on.
 SUMMARY_ATTRIBUTES = (
     "tenant_id",
     "job_id",
@@ -45,10 +76,34 @@ SUMMARY_ATTRIBUTES = (
     "correlation_id",
     "metadata",
     "error",
+    "error_code",
     "cancel_requested",
     "attempt_id",
     "result_ref",
     "fallback_level",
+)
+# What the sweeper's scans filter on (and what a purge needs besides the keys).
+SWEEP_ATTRIBUTES = (
+    "status",
+    "dispatch_state",
+    "updated_at",
+    "lease_until",
+    "not_before",
+    "completed_at",
+    "expires_at",
+)
+# What a usage report sums (never an attempt's raw output).
+ATTEMPT_REPORT_ATTRIBUTES = (
+    "tenant_id",
+    "task",
+    "model",
+    "started_at",
+    "outcome",
+    "failure_class",
+    "input_tokens",
+    "output_tokens",
+    "cost_nano_usd",
+    "finish_reason",
 )
 
 _KEYS = {
@@ -60,8 +115,11 @@ _KEYS = {
 _PROJECTIONS: dict[str, dict[str, Any]] = {
     INDEX_BY_TENANT: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(SUMMARY_ATTRIBUTES)},
     INDEX_ALL_JOBS: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(SUMMARY_ATTRIBUTES)},
-    INDEX_SWEEP: {"ProjectionType": "KEYS_ONLY"},
-    INDEX_ATTEMPTS: {"ProjectionType": "ALL"},
+    INDEX_SWEEP: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(SWEEP_ATTRIBUTES)},
+    INDEX_ATTEMPTS: {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": list(ATTEMPT_REPORT_ATTRIBUTES),
+    },
 }
 
 
@@ -97,3 +155,77 @@ def table_definition(table_name: str) -> dict[str, Any]:
         "BillingMode": "PAY_PER_REQUEST",
         "SSESpecification": {"Enabled": True},
     }
+
+
+def index_keys(index: str) -> tuple[str, str]:
+    """The (partition, sort) key attributes of an index."""
+    return _KEYS[index]
+
+
+# --- keys -------------------------------------------------------------------------
+
+
+def shard_of(value: str, shards: int) -> int:
+    """A stable shard for an id: crc32, the same in every process (``hash`` is not)."""
+    return zlib.crc32(value.encode()) % shards
+
+
+def job_pk(job_id: str) -> str:
+    return f"job#{job_id}"
+
+
+def event_sk(seq: int) -> str:
+    return f"{EVENT_PREFIX}{seq:010d}"
+
+
+def attempt_sk(attempt_id: str) -> str:
+    return f"{ATTEMPT_PREFIX}{attempt_id}"
+
+
+def idem_pk(tenant_id: str, key: str) -> str:
+    return f"idem#{tenant_id}#{key}"
+
+
+def counter_pk(tenant_id: str) -> str:
+    return f"usage#{tenant_id}"
+
+
+def counter_sk(job_id: str) -> str:
+    return f"shard#{shard_of(job_id, COUNTER_SHARDS)}"
+
+
+def tenant_partition(tenant_id: str) -> str:
+    return f"t#{tenant_id}"
+
+
+def all_jobs_partition(shard: int) -> str:
+    return f"all#{shard}"
+
+
+def sweep_partition(kind: str, shard: int) -> str:
+    """``open``, ``done`` or ``idem``, and a shard."""
+    return f"{kind}#{shard}"
+
+
+def day_partition(day: str, shard: int) -> str:
+    return f"day#{day}#{shard}"
+
+
+def utc_day(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
+
+
+# Epoch seconds as text that sorts as the number does: 10 integer digits and
+# microseconds (clamped to [0, 1e10), 2286 AD). Rounding is monotonic, so a bound
+# written the same way, followed by "~" (after "#" and every id), covers every time
+# below it; readers filter on the exact Number beside it.
+_MAX_SORTABLE = 9_999_999_999.999999
+
+
+def sortable_time(at: float) -> str:
+    return f"{min(max(at, 0.0), _MAX_SORTABLE):017.6f}"
+
+
+def time_bound(at: float) -> str:
+    """A sort key bound above every ``sortable_time(t)#...`` with t <= at."""
+    return sortable_time(at) + "~"
