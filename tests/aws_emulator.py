@@ -5,8 +5,9 @@ process; tests reach it through the real SDK over HTTP, exactly as the engine re
 AWS, with AWS_ENDPOINT_URL pointing at it and throwaway credentials. Each test that
 needs AWS resources makes its own (a fresh NAME), so tests never see each other's.
 
-Where moto differs from AWS in a way that matters (docs/aws.md, "What the emulator
-cannot show"): visibility timeouts run on the emulator's wall clock (no fake clock
+moto's DynamoDB runs each operation under one lock (tests/moto_serialized.py): its
+transactions are not atomic otherwise, as DynamoDB's are. Where moto differs from AWS
+in a way that matters (docs/aws.md, "What the emulator cannot show"): visibility timeouts run on the emulator's wall clock (no fake clock
 reaches it), TTL never deletes, and a standard queue ignores MessageGroupId (no fair
 queue), so the suites test what ferryman relies on, not what the emulator lacks.
 """
@@ -22,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -70,8 +72,10 @@ def moto_server() -> Iterator[str]:
     """Start moto's server on 127.0.0.1; its endpoint URL until the block ends."""
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
+    # moto's server with each DynamoDB operation atomic, as the service's are.
+    launcher = Path(__file__).with_name("moto_serialized.py")
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, str(launcher), "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

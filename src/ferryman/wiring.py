@@ -403,6 +403,19 @@ def process_observers(failpoints: Failpoints | None = None) -> Observers:
     )
 
 
+def check_job_size(settings: Settings, engine: Engine) -> None:
+    """A job's input and metadata arrive in one request body, so a body limit the
+    engine can store whole is a limit on every job: checked once, at start, instead of
+    a job refused after it was accepted (DynamoDB: an item holds 400 KB)."""
+    limit = engine.store.capabilities.max_job_bytes
+    if limit is not None and settings.http.max_body_bytes > limit:
+        raise ConfigurationError(
+            f"FERRYMAN_MAX_BODY_BYTES={settings.http.max_body_bytes} is more than the "
+            f"{engine.name} engine stores in one job ({limit} bytes of input and "
+            f"metadata): set it to {limit} or less"
+        )
+
+
 def _build(
     settings: Settings,
     engine: Engine,
@@ -413,6 +426,7 @@ def _build(
     catalog: ModelCatalog,
 ) -> Runtime:
     metrics.configure(tenant_labels=settings.http.metrics_tenant_labels)
+    check_job_size(settings, engine)
     # The writes; readers take engine.store itself.
     store = JobLedger(engine.store, observers=process_observers(settings.failpoint_set()))
     queue = engine.queue

@@ -27,6 +27,12 @@ STATED = {
     "memory-outbox": (StoreCapabilities(max_atomic_batch=None, usage_exact=True), True),
     "sqlite": (StoreCapabilities(max_atomic_batch=None, usage_exact=True), True),
     "postgres": (StoreCapabilities(max_atomic_batch=None, usage_exact=True), True),
+    # A DynamoDB transaction holds 100 items (a keyed new job takes 3, a tenant's
+    # counters 8); an item 400 KB; SQS delivers in its own order.
+    "aws": (
+        StoreCapabilities(max_atomic_batch=30, usage_exact=True, max_job_bytes=350_000),
+        False,
+    ),
 }
 
 

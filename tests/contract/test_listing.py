@@ -47,6 +47,20 @@ async def _unreadable_inputs(engine) -> None:
     elif engine.name == "postgres":
         # Not JSON: mapping a whole row (job_from_row) raises on it.
         await engine.port._db.execute("UPDATE jobs SET input = 'not json {'")
+    elif engine.name == "aws":
+        # Not JSON: decoding a whole job item raises on it.
+        from ferryman.adapters.aws.layout import JOB_SK, job_pk
+
+        clients, table = engine.port._clients, engine.port._table
+        page = await engine.port.list_jobs(tenant_id=None, limit=1000)
+        for job in page.jobs:
+            await clients.dynamodb.update_item(
+                TableName=table,
+                Key={"pk": {"S": job_pk(job.job_id)}, "sk": {"S": JOB_SK}},
+                UpdateExpression="SET #input = :bad",
+                ExpressionAttributeNames={"#input": "input"},
+                ExpressionAttributeValues={":bad": {"S": "not json {"}},
+            )
     else:
         jobs = engine.port._jobs
         for job_id, job in jobs.items():
@@ -89,6 +103,13 @@ def fetched_columns(engine, monkeypatch):
             return result
 
         monkeypatch.setattr(db, "read", spy_read)
+    elif engine.name == "aws":
+        # Every item DynamoDB hands back, as the SDK parsed it.
+        def seen(parsed, **_):
+            for item in [parsed.get("Item") or {}, *parsed.get("Items", [])]:
+                columns.update(item.keys())
+
+        engine.port._clients.dynamodb.meta.events.register("after-call.dynamodb", seen)
     return columns
 
 
