@@ -9,6 +9,16 @@ Where moto differs from AWS in a way that matters (docs/aws.md, "What the emulat
 cannot show"): visibility timeouts run on the emulator's wall clock (no fake clock
 reaches it), TTL never deletes, and a standard queue ignores MessageGroupId (no fair
 queue), so the suites test what ferryman relies on, not what the emulator lacks.
+
+One difference is mended here rather than worked around: moto applies a DynamoDB
+transaction item by item and undoes a cancelled one by restoring a copy of the whole
+table, so two requests in its threads at once can both pass conditions that DynamoDB
+would serialize, and one's rollback can erase the other's committed write. The
+engine's atomicity (the last admin key, a probe taken once, a lease never granted
+twice) rests on DynamoDB's serializability, so the server is started through
+``serve_serialized`` below: DynamoDB requests are taken one at a time (as DynamoDB's
+own isolation makes them appear), every other service stays concurrent (SQS long
+polls must not hold DynamoDB up).
 """
 
 from __future__ import annotations
@@ -71,7 +81,7 @@ def moto_server() -> Iterator[str]:
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, __file__, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -91,3 +101,25 @@ def moto_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def serve_serialized(argv: list[str]) -> None:
+    """Run ``moto.server`` with its DynamoDB requests taken one at a time."""
+    import threading
+
+    from moto import server
+    from moto.dynamodb.responses import DynamoHandler
+
+    one_at_a_time = threading.Lock()
+    call_action = DynamoHandler.call_action
+
+    def serialized(self: DynamoHandler) -> object:
+        with one_at_a_time:
+            return call_action(self)
+
+    DynamoHandler.call_action = serialized  # type: ignore[method-assign]
+    server.main(argv)
+
+
+if __name__ == "__main__":
+    serve_serialized(sys.argv[1:])
