@@ -117,6 +117,19 @@ async def test_a_taken_key_id_is_a_conflict_and_the_first_key_stays(aws):
     assert [r.tenant_id for r in await aws.keys.list_keys()] == ["t1"]  # listed once
 
 
+async def test_one_key_id_added_by_two_processes_at_once_is_added_once(aws):
+    outcomes = await asyncio.gather(
+        aws.keys.add_key(key("aaaaaaaaaaaa", tenant="t1")),
+        aws.two.keys.add_key(key("aaaaaaaaaaaa", tenant="t2", created_at=11.0)),
+        return_exceptions=True,
+    )
+
+    assert sorted(type(o).__name__ for o in outcomes) == ["NoneType", "StateConflictError"]
+    winner = "t1" if outcomes[0] is None else "t2"
+    assert (await aws.keys.find_key("aaaaaaaaaaaa")).tenant_id == winner
+    assert [r.tenant_id for r in await aws.keys.list_keys()] == [winner]
+
+
 async def test_lists_hold_every_key_oldest_first_and_filter_by_tenant(aws):
     await aws.keys.add_key(key("cccccccccccc", tenant="t2", created_at=3.0))
     await aws.keys.add_key(key("aaaaaaaaaaaa", tenant="t1", created_at=1.0))

@@ -132,14 +132,21 @@ class DynamoApiKeyStore:
                 }
             },
         ]
-        try:
-            with translate_errors("dynamodb"):
-                await self._db.transact_write_items(TransactItems=items)
-        except Exception as exc:
-            reasons = cancellation_reasons(exc)
-            if reasons is not None and any(r.code == CONDITION_FAILED for r in reasons):
-                raise StateConflictError("An API key with this id already exists.") from exc
-            raise
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                with translate_errors("dynamodb"):
+                    await self._db.transact_write_items(TransactItems=items)
+            except Exception as exc:
+                reasons = cancellation_reasons(exc)
+                if reasons is None:
+                    raise
+                if any(r.code == CONDITION_FAILED for r in reasons):
+                    raise StateConflictError("An API key with this id already exists.") from exc
+                # Another transaction held an item (the same id added at once): again.
+                await back_off(attempt)
+                continue
+            return
+        raise StoreUnavailableError("dynamodb: adding the API key kept colliding; try again")
 
     async def find_key(self, key_id: str) -> ApiKeyRecord | None:
         with translate_errors("dynamodb"):
