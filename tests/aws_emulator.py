@@ -5,11 +5,20 @@ process; tests reach it through the real SDK over HTTP, exactly as the engine re
 AWS, with AWS_ENDPOINT_URL pointing at it and throwaway credentials. Each test that
 needs AWS resources makes its own (a fresh NAME), so tests never see each other's.
 
-moto's DynamoDB runs each operation under one lock (tests/moto_serialized.py): its
-transactions are not atomic otherwise, as DynamoDB's are. Where moto differs from AWS
-in a way that matters (docs/aws.md, "What the emulator cannot show"): visibility timeouts run on the emulator's wall clock (no fake clock
+Where moto differs from AWS in a way that matters (docs/aws.md, "What the emulator
+cannot show"): visibility timeouts run on the emulator's wall clock (no fake clock
 reaches it), TTL never deletes, and a standard queue ignores MessageGroupId (no fair
 queue), so the suites test what ferryman relies on, not what the emulator lacks.
+
+One difference is mended here rather than worked around: moto applies a DynamoDB
+transaction item by item and undoes a cancelled one by restoring a copy of the whole
+table, so two requests in its threads at once can both pass conditions that DynamoDB
+would serialize, and one's rollback can erase the other's committed write. The
+engine's atomicity (the last admin key, a probe taken once, a lease never granted
+twice) rests on DynamoDB's serializability, so the server is started through
+``serve_serialized`` below: DynamoDB requests are taken one at a time (as DynamoDB's
+own isolation makes them appear), every other service stays concurrent (SQS long
+polls must not hold DynamoDB up).
 """
 
 from __future__ import annotations
@@ -23,7 +32,6 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -72,10 +80,8 @@ def moto_server() -> Iterator[str]:
     """Start moto's server on 127.0.0.1; its endpoint URL until the block ends."""
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    # moto's server with each DynamoDB operation atomic, as the service's are.
-    launcher = Path(__file__).with_name("moto_serialized.py")
     process = subprocess.Popen(
-        [sys.executable, str(launcher), "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, __file__, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -95,3 +101,25 @@ def moto_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def serve_serialized(argv: list[str]) -> None:
+    """Run ``moto.server`` with its DynamoDB requests taken one at a time."""
+    import threading
+
+    from moto import server
+    from moto.dynamodb.responses import DynamoHandler
+
+    one_at_a_time = threading.Lock()
+    call_action = DynamoHandler.call_action
+
+    def serialized(self: DynamoHandler) -> object:
+        with one_at_a_time:
+            return call_action(self)
+
+    DynamoHandler.call_action = serialized  # type: ignore[method-assign]
+    server.main(argv)
+
+
+if __name__ == "__main__":
+    serve_serialized(sys.argv[1:])
