@@ -16,8 +16,9 @@ own events (``before-parameter-build`` and ``after-call`` on each client), by ki
 
 Two scenarios, ``--jobs`` each: ``happy`` (accepted, run once, succeeded, its result
 read once by the client) and ``retried`` (the first call fails with a 5xx, the retry
-succeeds). The sweeper's rounds are not per job: one round's requests are printed
-apart, with what they cost per month at the default interval.
+succeeds), each with results in the table (``FERRYMAN_RESULTS_URL=db``, the default on
+``aws://``) and in S3. The sweeper's rounds are not per job: one round's requests are
+printed apart, with what they cost per month at the default interval.
 
 Prices: us-east-1 list prices as published by AWS (``PRICES_AS_OF`` below); check the
 pricing pages before quoting them. Lambda and data transfer are not counted.
@@ -256,6 +257,36 @@ async def _run_jobs(runtime: Any, jobs: int, script: list[str] | None) -> None:
             await asyncio.sleep(0.2)  # a retry's backoff, waiting to come due
 
 
+async def _measure_deployment(meter: Meter, results: str, jobs: int) -> dict[str, Any]:
+    """Both scenarios and one sweeper round on a fresh table, queue and bucket, with
+    results kept in ``results`` (``db``: the table; ``s3``: the bucket)."""
+    name = fresh_name("bench")
+    location = parse_aws_url(f"aws://{name}")
+    async with open_clients() as clients:
+        await provision(clients, location, max_receives=10, bucket=name)
+    settings = load_settings(
+        database_url=f"aws://{name}",
+        results_url="db" if results == "db" else f"s3://{name}/results",
+        retry_initial_interval_seconds=0.0,
+        sim_scripts=True,
+    )
+    measured: dict[str, Any] = {}
+    async with open_runtime(settings) as runtime:
+        for scenario, script in (("happy", None), ("retried", ["server_error", "ok"])):
+            before = meter.snapshot()
+            await _run_jobs(runtime, jobs, script)
+            measured[scenario] = _per_job(meter, before, jobs)
+        before = meter.snapshot()
+        await runtime.new_sweeper().sweep_once()
+        sweep = _per_job(meter, before, 1)
+    rounds_per_month = 30 * 86_400 / settings.sweeper.interval_seconds
+    measured["sweeper_round"] = sweep["per_job"]
+    measured["sweeper_usd_per_month_idle"] = round(
+        sweep["usd_per_million_jobs"] / 1e6 * rounds_per_month, 2
+    )
+    return measured
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging("WARNING")
     definition = table_definition("x")
@@ -266,41 +297,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     meter = Meter(index_keys)
     with moto_server() as endpoint:
         os.environ.update(aws_environment(endpoint))
-        name = fresh_name("bench")
-        location = parse_aws_url(f"aws://{name}")
-        async with open_clients() as clients:
-            await provision(clients, location, max_receives=10, bucket=name)
-        settings = load_settings(
-            database_url=f"aws://{name}",
-            results_url=f"s3://{name}/results",
-            retry_initial_interval_seconds=0.0,
-        )
-        scenarios: dict[str, Any] = {}
         with request_hooks(*meter.hooks()):
-            async with open_runtime(settings) as runtime:
-                for scenario, script in (("happy", None), ("retried", ["server_error", "ok"])):
-                    before = meter.snapshot()
-                    await _run_jobs(runtime, args.jobs, script)
-                    scenarios[scenario] = _per_job(meter, before, args.jobs)
-                before = meter.snapshot()
-                await runtime.new_sweeper().sweep_once()
-                sweep = _per_job(meter, before, 1)
-    happy = scenarios["happy"]["usd_per_million_jobs"]
-    rounds_per_month = 30 * 86_400 / settings.sweeper.interval_seconds
+            # FERRYMAN_RESULTS_URL's default on aws:// (db), then results in S3.
+            in_table = await _measure_deployment(meter, "db", args.jobs)
+            in_s3 = await _measure_deployment(meter, "s3", args.jobs)
+    happy = in_table["happy"]["usd_per_million_jobs"]
     return {
         "jobs": args.jobs,
         "prices_as_of": PRICES_AS_OF,
         "usd_per_million": USD_PER_MILLION,
-        "happy": scenarios["happy"],
-        "retried": scenarios["retried"],
+        "results_in_table": in_table,
+        "results_in_s3": in_s3,
         "usd_per_million_jobs": happy,
-        "usd_per_million_retried_jobs": scenarios["retried"]["usd_per_million_jobs"],
+        "usd_per_million_retried_jobs": in_table["retried"]["usd_per_million_jobs"],
+        "usd_per_million_jobs_s3_results": in_s3["happy"]["usd_per_million_jobs"],
         "goal_usd_per_million_jobs": GOAL_USD_PER_MILLION_JOBS,
         "within_goal": happy <= GOAL_USD_PER_MILLION_JOBS,
-        "sweeper_round": sweep["per_job"],
-        "sweeper_usd_per_month_idle": round(
-            sweep["usd_per_million_jobs"] / 1e6 * rounds_per_month, 2
-        ),
     }
 
 

@@ -23,11 +23,13 @@ if TYPE_CHECKING:
 
 # Where a case opens each engine; an engine added to the registry needs a line here
 # (and the test that finds one missing says so).
-def _url(entry: EngineEntry, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+async def _url(entry: EngineEntry, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if entry.name == "sqlite":
         return f"sqlite:///{tmp_path / 'registry.db'}"
     if entry.name == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
+    if entry.name == "aws":
+        return str(await request.getfixturevalue("aws_url_factory")())
     return entry.example
 
 
@@ -60,7 +62,7 @@ def test_the_scan_finds_every_storage_port() -> None:
 async def test_every_engine_opens_serves_every_port_and_closes(
     entry: EngineEntry, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    url = _url(entry, request, tmp_path)
+    url = await _url(entry, request, tmp_path)
     async with open_engine(url, clock=FakeClock(), options=EngineOptions()) as engine:
         assert engine.name == entry.name
         assert engine.location
@@ -101,7 +103,7 @@ async def test_a_results_directory_is_opened_over_any_engine_and_closed_after(
 
 
 def test_every_registered_engine_has_a_case_here() -> None:
-    known = {"sqlite", "postgresql", "memory"}
+    known = {"sqlite", "postgresql", "aws", "memory"}
     assert {entry.name for entry in ENGINES} == known, (
         "a new engine: give _url a way to open it, then add its name here"
     )

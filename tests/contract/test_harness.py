@@ -33,6 +33,7 @@ CAPABILITIES = {
     "memory-outbox": (False, False),
     "sqlite": (True, False),
     "postgres": (False, True),
+    "aws": (False, False),
 }
 
 

@@ -1,4 +1,10 @@
-"""JobQueue: SQS semantics (visibility, receipts, receive counts, redrive, stats)."""
+"""JobQueue: SQS semantics (visibility, receipts, receive counts, redrive, stats).
+
+The cases that move time (``clocked_engine``) run on engines whose queue follows the
+Clock it was opened with (``QueueCapabilities.follows_clock``). An engine whose service
+keeps its own time is left out of them by name, on purpose, and holds the same
+behaviours on real time in its own suite (aws: tests/integration/aws/test_sqs_queue.py).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,34 @@ import time
 
 import pytest
 
+from contract.conftest import ENGINES
 from ferryman.core.ids import new_job_id
 from ferryman.ports.queue import QueueMessage
 
 pytestmark = pytest.mark.timeout(30)
+
+# Engines whose queue keeps its own time, and where the same cases run on real time.
+KEEPS_ITS_OWN_TIME = {"aws": "tests/integration/aws/test_sqs_queue.py"}
+
+
+@pytest.fixture(params=[name for name in ENGINES if name not in KEEPS_ITS_OWN_TIME])
+async def clocked_engine(request, tmp_path, clock):
+    """An engine whose queue's time the test moves. One that says otherwise fails here
+    until it is left out by name above: it never silently passes."""
+    async with ENGINES[request.param](request, tmp_path, clock) as built:
+        assert built.queue.capabilities.follows_clock, (
+            f"{built.name}'s queue keeps its own time: leave it out of the clocked cases"
+        )
+        yield built
+
+
+def test_each_engine_left_out_of_the_clocked_cases_says_it_keeps_its_own_time():
+    assert set(KEEPS_ITS_OWN_TIME) <= set(ENGINES)
+
+
+async def test_every_engine_states_whose_time_its_queue_keeps(engine):
+    assert engine.queue.capabilities.follows_clock is (engine.name not in KEEPS_ITS_OWN_TIME)
+
 
 MAX_RECEIVES = 10
 
@@ -25,25 +55,25 @@ async def _receive(engine, *, max_messages=10, visibility=30.0, wait=0.0):
     )
 
 
-async def test_a_message_round_trips(engine):
+async def test_a_message_round_trips(clocked_engine):
     message = _message()
-    await engine.queue.send(message)
+    await clocked_engine.queue.send(message)
 
-    [delivery] = await _receive(engine)
+    [delivery] = await _receive(clocked_engine)
 
     assert delivery.message == message
     assert delivery.receive_count == 1
-    assert delivery.sent_at == engine.now()
+    assert delivery.sent_at == clocked_engine.now()
 
 
-async def test_a_received_message_is_hidden_then_delivered_again(engine):
+async def test_a_received_message_is_hidden_then_delivered_again(clocked_engine):
     message = _message()
-    await engine.queue.send(message)
-    [first] = await _receive(engine, visibility=30)
+    await clocked_engine.queue.send(message)
+    [first] = await _receive(clocked_engine, visibility=30)
 
-    hidden = await _receive(engine)
-    engine.advance(31)
-    [second] = await _receive(engine)
+    hidden = await _receive(clocked_engine)
+    clocked_engine.advance(31)
+    [second] = await _receive(clocked_engine)
 
     assert hidden == []
     assert second.message.job_id == message.job_id
@@ -51,15 +81,17 @@ async def test_a_received_message_is_hidden_then_delivered_again(engine):
     assert second.receipt != first.receipt
 
 
-async def test_change_visibility_extends_the_hiding(engine):
-    await engine.queue.send(_message())
-    [delivery] = await _receive(engine, visibility=30)
+async def test_change_visibility_extends_the_hiding(clocked_engine):
+    await clocked_engine.queue.send(_message())
+    [delivery] = await _receive(clocked_engine, visibility=30)
 
-    assert await engine.queue.change_visibility(delivery.receipt, timeout_seconds=120) is True
-    engine.advance(31)
-    assert await _receive(engine) == []
-    engine.advance(90)
-    assert len(await _receive(engine)) == 1
+    assert (
+        await clocked_engine.queue.change_visibility(delivery.receipt, timeout_seconds=120) is True
+    )
+    clocked_engine.advance(31)
+    assert await _receive(clocked_engine) == []
+    clocked_engine.advance(90)
+    assert len(await _receive(clocked_engine)) == 1
 
 
 async def test_change_visibility_to_zero_shows_it_now(engine):
@@ -72,18 +104,18 @@ async def test_change_visibility_to_zero_shows_it_now(engine):
     assert again.receive_count == 2
 
 
-async def test_a_stale_receipt_changes_nothing(engine):
+async def test_a_stale_receipt_changes_nothing(clocked_engine):
     message = _message()
-    await engine.queue.send(message)
-    [old] = await _receive(engine, visibility=30)
-    engine.advance(31)
-    [current] = await _receive(engine, visibility=30)
+    await clocked_engine.queue.send(message)
+    [old] = await _receive(clocked_engine, visibility=30)
+    clocked_engine.advance(31)
+    [current] = await _receive(clocked_engine, visibility=30)
 
-    assert await engine.queue.change_visibility(old.receipt, timeout_seconds=0) is False
-    await engine.queue.delete(old.receipt)  # not an error, and not an acknowledgement
-    assert await _receive(engine) == []
-    engine.advance(31)
-    [third] = await _receive(engine)
+    assert await clocked_engine.queue.change_visibility(old.receipt, timeout_seconds=0) is False
+    await clocked_engine.queue.delete(old.receipt)  # not an error, and not an acknowledgement
+    assert await _receive(clocked_engine) == []
+    clocked_engine.advance(31)
+    [third] = await _receive(clocked_engine)
 
     assert third.message.job_id == message.job_id
     assert third.receive_count == 3
@@ -105,14 +137,14 @@ async def test_delete_acknowledges(engine):
     assert stats.oldest_age_seconds == 0
 
 
-async def test_a_delayed_message_appears_after_its_delay(engine):
-    await engine.queue.send(_message(), delay_seconds=60)
+async def test_a_delayed_message_appears_after_its_delay(clocked_engine):
+    await clocked_engine.queue.send(_message(), delay_seconds=60)
 
-    assert await _receive(engine) == []
-    stats = await engine.queue.stats()
+    assert await _receive(clocked_engine) == []
+    stats = await clocked_engine.queue.stats()
     assert (stats.visible, stats.in_flight) == (0, 1)
-    engine.advance(61)
-    assert len(await _receive(engine)) == 1
+    clocked_engine.advance(61)
+    assert len(await _receive(clocked_engine)) == 1
 
 
 async def test_messages_come_oldest_first_up_to_max_messages(engine):
@@ -130,75 +162,75 @@ async def test_messages_come_oldest_first_up_to_max_messages(engine):
     assert [d.message.job_id for d in rest] == sent[2:]
 
 
-async def test_a_message_is_dead_lettered_after_max_receives(engine):
+async def test_a_message_is_dead_lettered_after_max_receives(clocked_engine):
     message = _message()
-    await engine.queue.send(message)
+    await clocked_engine.queue.send(message)
 
     counts: list[int] = []
     for _ in range(MAX_RECEIVES + 3):
-        counts.extend(d.receive_count for d in await _receive(engine, visibility=30))
-        engine.advance(31)
+        counts.extend(d.receive_count for d in await _receive(clocked_engine, visibility=30))
+        clocked_engine.advance(31)
 
     assert counts == list(range(1, MAX_RECEIVES + 1))
-    stats = await engine.queue.stats()
+    stats = await clocked_engine.queue.stats()
     assert (stats.visible, stats.in_flight, stats.dead_letters) == (0, 0, 1)
-    [dead] = await engine.queue.receive_dead_letters(max_messages=10)
+    [dead] = await clocked_engine.queue.receive_dead_letters(max_messages=10)
     assert dead.message == message
     assert dead.receive_count == MAX_RECEIVES
 
-    await engine.queue.delete_dead_letter(dead.dead_letter_id)
+    await clocked_engine.queue.delete_dead_letter(dead.dead_letter_id)
 
-    assert await engine.queue.receive_dead_letters(max_messages=10) == []
-    assert (await engine.queue.stats()).dead_letters == 0
+    assert await clocked_engine.queue.receive_dead_letters(max_messages=10) == []
+    assert (await clocked_engine.queue.stats()).dead_letters == 0
 
 
-async def test_receive_dead_letters_respects_max_messages(engine):
+async def test_receive_dead_letters_respects_max_messages(clocked_engine):
     for _ in range(3):
-        await engine.queue.send(_message())
+        await clocked_engine.queue.send(_message())
     for _ in range(MAX_RECEIVES + 1):
-        await _receive(engine, visibility=30)
-        engine.advance(31)
+        await _receive(clocked_engine, visibility=30)
+        clocked_engine.advance(31)
 
-    assert (await engine.queue.stats()).dead_letters == 3
-    assert len(await engine.queue.receive_dead_letters(max_messages=2)) == 2
+    assert (await clocked_engine.queue.stats()).dead_letters == 3
+    assert len(await clocked_engine.queue.receive_dead_letters(max_messages=2)) == 2
 
 
-async def test_stats_count_visible_in_flight_and_the_oldest_age(engine):
-    assert await engine.queue.stats() == type(await engine.queue.stats())(
+async def test_stats_count_visible_in_flight_and_the_oldest_age(clocked_engine):
+    assert await clocked_engine.queue.stats() == type(await clocked_engine.queue.stats())(
         visible=0, in_flight=0, oldest_age_seconds=0, dead_letters=0
     )
-    await engine.queue.send(_message())
-    engine.advance(10)
-    await engine.queue.send(_message())
-    await engine.queue.send(_message())
-    engine.advance(2)
+    await clocked_engine.queue.send(_message())
+    clocked_engine.advance(10)
+    await clocked_engine.queue.send(_message())
+    await clocked_engine.queue.send(_message())
+    clocked_engine.advance(2)
 
-    [received] = await _receive(engine, max_messages=1)
-    stats = await engine.queue.stats()
+    [received] = await _receive(clocked_engine, max_messages=1)
+    stats = await clocked_engine.queue.stats()
 
     assert (stats.visible, stats.in_flight, stats.dead_letters) == (2, 1, 0)
     assert stats.oldest_age_seconds == pytest.approx(12, abs=0.01)
-    await engine.queue.delete(received.receipt)
-    assert (await engine.queue.stats()).oldest_age_seconds == pytest.approx(2, abs=0.01)
+    await clocked_engine.queue.delete(received.receipt)
+    assert (await clocked_engine.queue.stats()).oldest_age_seconds == pytest.approx(2, abs=0.01)
 
 
-async def test_any_visible_sees_only_what_a_receive_could_take_now(engine):
+async def test_any_visible_sees_only_what_a_receive_could_take_now(clocked_engine):
     """Empty, delayed or received-and-hidden: nothing visible. Sent, due, or made
     visible again: something is, whatever its tenant."""
-    assert await engine.queue.any_visible() is False
-    await engine.queue.send(_message("t1"), delay_seconds=5)
-    assert await engine.queue.any_visible() is False
+    assert await clocked_engine.queue.any_visible() is False
+    await clocked_engine.queue.send(_message("t1"), delay_seconds=5)
+    assert await clocked_engine.queue.any_visible() is False
 
-    engine.advance(6)
-    assert await engine.queue.any_visible() is True
-    [received] = await _receive(engine)
-    assert await engine.queue.any_visible() is False
+    clocked_engine.advance(6)
+    assert await clocked_engine.queue.any_visible() is True
+    [received] = await _receive(clocked_engine)
+    assert await clocked_engine.queue.any_visible() is False
 
-    await engine.queue.send(_message("t2"))
-    assert await engine.queue.any_visible() is True
-    await engine.queue.delete((await _receive(engine))[0].receipt)
-    assert await engine.queue.change_visibility(received.receipt, timeout_seconds=0)
-    assert await engine.queue.any_visible() is True
+    await clocked_engine.queue.send(_message("t2"))
+    assert await clocked_engine.queue.any_visible() is True
+    await clocked_engine.queue.delete((await _receive(clocked_engine))[0].receipt)
+    assert await clocked_engine.queue.change_visibility(received.receipt, timeout_seconds=0)
+    assert await clocked_engine.queue.any_visible() is True
 
 
 @pytest.mark.timeout(10)
@@ -278,21 +310,21 @@ async def test_undecodable_letters_page_after_the_last_one_seen(engine):
     assert await engine.queue.undecodable_letters(limit=1) == [a]
 
 
-async def test_only_an_undecodable_letter_is_purged(engine):
-    await _undecodable(engine, "junk")
-    [junk] = await engine.queue.undecodable_letters(limit=10)
+async def test_only_an_undecodable_letter_is_purged(clocked_engine):
+    await _undecodable(clocked_engine, "junk")
+    [junk] = await clocked_engine.queue.undecodable_letters(limit=10)
     message = _message()
-    await engine.queue.send(message)
+    await clocked_engine.queue.send(message)
     for _ in range(MAX_RECEIVES + 1):  # a job's message, redriven
-        await _receive(engine, visibility=1)
-        engine.advance(2)
-    [job_letter] = await engine.queue.receive_dead_letters(max_messages=10)
+        await _receive(clocked_engine, visibility=1)
+        clocked_engine.advance(2)
+    [job_letter] = await clocked_engine.queue.receive_dead_letters(max_messages=10)
 
-    assert await engine.queue.delete_undecodable_letter(job_letter.dead_letter_id) is False
-    assert await engine.queue.delete_undecodable_letter(junk.dead_letter_id) is True
-    assert await engine.queue.delete_undecodable_letter(junk.dead_letter_id) is False
+    assert await clocked_engine.queue.delete_undecodable_letter(job_letter.dead_letter_id) is False
+    assert await clocked_engine.queue.delete_undecodable_letter(junk.dead_letter_id) is True
+    assert await clocked_engine.queue.delete_undecodable_letter(junk.dead_letter_id) is False
 
-    assert await engine.queue.undecodable_letters(limit=10) == []
-    assert await engine.queue.receive_dead_letters(max_messages=10) == [job_letter]
-    stats = await engine.queue.stats()
+    assert await clocked_engine.queue.undecodable_letters(limit=10) == []
+    assert await clocked_engine.queue.receive_dead_letters(max_messages=10) == [job_letter]
+    stats = await clocked_engine.queue.stats()
     assert (stats.dead_letters, stats.undecodable_letters) == (1, 0)

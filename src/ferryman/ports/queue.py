@@ -168,6 +168,10 @@ class QueueCapabilities:
     # delivers in its own order, and receives are fair only by the receiver's own
     # per-tenant in-flight cap (its TenantBudget): a receiver must pass one.
     fair_receive: bool
+    # True: visibility timeouts, delays and send times follow the Clock the engine was
+    # opened with (a FakeClock moves them in tests). False: the service keeps its own
+    # time (SQS), so they pass in real seconds, whole ones, whatever the Clock says.
+    follows_clock: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("ferryman.aws")
 
-QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=False)
+# SQS delivers in its own order, and keeps its own time.
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=False, follows_clock=False)
 
 VISIBILITY_BUDGET_SECONDS = 12 * 3600 - 60
 PARKING_CAPACITY = 40  # four full receives' worth

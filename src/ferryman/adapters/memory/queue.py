@@ -34,7 +34,7 @@ class _Stored:
 
 
 # Receives take tenants in turn, fewest in flight first (core.fairness.fair_pick).
-QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True)
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True, follows_clock=True)
 
 
 class InMemoryJobQueue:

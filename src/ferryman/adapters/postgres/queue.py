@@ -37,7 +37,7 @@ def _rows(rowcount: int, _row: object) -> int:
 
 
 # Receives take tenants in turn, fewest in flight first (core.fairness.fair_pick).
-QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True)
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True, follows_clock=True)
 
 
 class PostgresJobQueue:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 # Receives take tenants in turn, fewest in flight first (core.fairness.fair_pick).
-QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True)
+QUEUE_CAPABILITIES = QueueCapabilities(fair_receive=True, follows_clock=True)
 
 
 class SqliteJobQueue:
