@@ -118,7 +118,65 @@ def serve_serialized(argv: list[str]) -> None:
             return call_action(self)
 
     DynamoHandler.call_action = serialized  # type: ignore[method-assign]
+    _roll_back_only_what_a_transaction_touched()
     server.main(argv)
+
+
+def _roll_back_only_what_a_transaction_touched() -> None:
+    """moto keeps a transaction's undo as a deep copy of the whole table, taken once per
+    item of the transaction: a cost that grows with the table, seconds per transaction
+    once a suite has written a few thousand items (the chaos run never finished). With
+    requests taken one at a time, the undo needs only the items the transaction names:
+    each is kept before, and put back if moto cancels the transaction. What is written,
+    and every condition's outcome, is moto's own."""
+    import copy as real_copy
+    import types
+
+    from moto.dynamodb import models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    def deepcopy(value: object, memo: object = None) -> object:
+        # The whole-table copy: the table itself stands for its undo (see below).
+        return value if isinstance(value, Table) else real_copy.deepcopy(value, memo)  # type: ignore[arg-type]
+
+    models.copy = types.SimpleNamespace(deepcopy=deepcopy, copy=real_copy.copy)  # type: ignore[attr-defined]
+    original = models.DynamoDBBackend.transact_write_items
+
+    def touched(
+        backend: object, transact_items: list[dict[str, object]]
+    ) -> list[tuple[object, object, object, object]]:
+        kept = []
+        for entry in transact_items:
+            ((_, op),) = entry.items()
+            table = backend.get_table(op["TableName"])  # type: ignore[attr-defined, index]
+            attributes = op["Item"] if "Item" in op else op["Key"]  # type: ignore[operator, index]
+            hash_key = DynamoType(attributes[table.hash_key_attr])
+            range_key = (
+                DynamoType(attributes[table.range_key_attr]) if table.range_key_attr else None
+            )
+            before = table.get_item(hash_key, range_key)
+            kept.append((table, hash_key, range_key, real_copy.deepcopy(before)))
+        return kept
+
+    def transact_write_items(self: object, transact_items: list[dict[str, object]]) -> None:
+        try:
+            kept = touched(self, transact_items)
+        except Exception:  # noqa: BLE001 - a malformed request: moto says what is wrong
+            kept = []
+        try:
+            original(self, transact_items)
+        except Exception:
+            for table, hash_key, range_key, before in reversed(kept):
+                table.delete_item(hash_key, range_key)
+                if before is not None:
+                    if range_key is not None:
+                        table.items[hash_key][range_key] = before
+                    else:
+                        table.items[hash_key] = before
+            raise
+
+    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ its per-service forms, instance and task roles): nothing ferryman-specific.
 
 from __future__ import annotations
 
+import os
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -85,7 +86,9 @@ def configured_region() -> str:
     """The region the AWS configuration chain names; AwsConfigurationError when none."""
     from aiobotocore.session import get_session
 
-    region = get_session().get_config_variable("region")
+    # botocore reads AWS_DEFAULT_REGION (and the profile's region); AWS_REGION is what
+    # Lambda, ECS and the other SDKs set, so it is read too, after them.
+    region = get_session().get_config_variable("region") or os.environ.get("AWS_REGION")
     if not region:
         raise AwsConfigurationError(
             "aws: no region is configured: set AWS_REGION (or AWS_DEFAULT_REGION, or a "
