@@ -20,10 +20,15 @@ block prints: each of its lines must appear in the block's output (stdout and st
 together), in order, with ``...`` standing for anything. The server listens on a free port: FERRYMAN_PORT and FERRYMAN_URL
 are set for every process, and the documented address 127.0.0.1:8000 is replaced in the
 blocks.
+
+The tour runs twice: on the default embedded engine, as a reader runs it, and on the
+AWS engine (FERRYMAN_DATABASE_URL=aws://NAME on the emulator the session starts, after
+one ``ferryman migrate``), where every documented outcome holds as written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -339,17 +344,31 @@ def test_the_output_check_needs_every_line_in_order() -> None:
     assert first_missing_line(["gen_999"], output) == "gen_999"
 
 
-def _follow(tmp_path: Path, steps: list[Step], *, pause_before_worker_seconds: float) -> Path:
-    """Do the steps in a fresh directory, the installed ``ferryman`` first on PATH; the
-    directory the tour ran in."""
+def _readers_environment() -> dict[str, str]:
+    """The test's environment without its FERRYMAN_* settings, the installed
+    ``ferryman`` first on PATH."""
     ferryman = Path(sys.executable).parent / "ferryman"
     assert ferryman.exists(), f"the ferryman command is not installed next to {sys.executable}"
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMAN_")}
+    env["PATH"] = f"{ferryman.parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _follow(
+    tmp_path: Path,
+    steps: list[Step],
+    *,
+    pause_before_worker_seconds: float,
+    engine_env: dict[str, str] | None = None,
+) -> Path:
+    """Do the steps in a fresh directory, the installed ``ferryman`` first on PATH, with
+    ``engine_env`` in every process's environment; the directory the tour ran in."""
+    port = free_port()
+    env = _readers_environment()
     env.update(
-        PATH=f"{ferryman.parent}{os.pathsep}{env.get('PATH', '')}",
         FERRYMAN_PORT=str(port),
         FERRYMAN_URL=f"http://127.0.0.1:{port}",
+        **(engine_env or {}),
     )
     workdir, harness = tmp_path / "tour", tmp_path / "harness"
     workdir.mkdir()
@@ -389,3 +408,77 @@ def test_a_reader_slow_to_start_the_worker_sees_the_history_step_6_shows(
     last = next(i for i, step in enumerate(steps) if 'job_history "$CRASH_JOB"' in step.script)
     assert "ATTEMPT_ABANDONED" in "\n".join(steps[last].expected)
     _follow(tmp_path, steps[: last + 1], pause_before_worker_seconds=SLOW_READER_PAUSE_SECONDS)
+
+
+def _tour_setting(steps: list[Step], name: str) -> str:
+    """The value the tour's ferryman.toml gives ``name`` (written by one of its blocks)."""
+    written = "".join(step.script for step in steps)
+    found = re.findall(rf"^{re.escape(name)} = (\S+)$", written, re.MULTILINE)
+    assert len(found) == 1, f"the tutorial's ferryman.toml sets {name} {len(found)} times"
+    return str(found[0])
+
+
+async def _tenant_job_statuses(database_url: str, tenant_id: str) -> list[str]:
+    """The status of each of the tenant's jobs, as the AWS engine's table holds them."""
+    from ferryman.adapters.aws import layout
+    from ferryman.adapters.aws.clients import open_clients
+    from ferryman.adapters.aws.location import parse_aws_url
+
+    partition, _ = layout.index_keys(layout.INDEX_BY_TENANT)
+    async with open_clients() as clients:
+        answer = await clients.dynamodb.query(
+            TableName=parse_aws_url(database_url).table,
+            IndexName=layout.INDEX_BY_TENANT,
+            KeyConditionExpression="#p = :p",
+            ExpressionAttributeNames={"#p": partition},
+            ExpressionAttributeValues={":p": {"S": layout.tenant_partition(tenant_id)}},
+        )
+    return sorted(item["status"]["S"] for item in answer["Items"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_command_of_the_tutorial_runs_on_aws(tmp_path: Path, aws_env: dict[str, str]) -> None:
+    """The same tour, every process's environment pointing at a fresh ``aws://NAME`` on
+    the emulator, with every documented outcome checked as on SQLite.
+
+    An operator on AWS runs ``ferryman migrate`` once before anything serves (the engine
+    creates nothing: serve, api and worker refuse a missing table or queue), so this
+    test does it before the first step. The queue is made for the ``max_receives`` the
+    tour's ferryman.toml sets in step 6: SQS counts deliveries itself, by the redrive
+    policy's ``maxReceiveCount`` that ``migrate`` writes once, so an operator makes the
+    queue for the count their workers run with (step 6's ``ferryman doctor`` checks that
+    the two agree, and step 7's seventh receive is SQS's redrive to the dead-letter
+    queue). Steps 2 to 5 run with the default (10) against it: none of their jobs is
+    delivered twice without an outcome, so the count does not come into them.
+    """
+    from aws_emulator import fresh_name
+
+    steps = parse_tutorial(TUTORIAL.read_text())
+    database_url = f"aws://{fresh_name('tour')}"
+    engine_env = {**aws_env, "FERRYMAN_DATABASE_URL": database_url}
+    migrate_env = {
+        **_readers_environment(),
+        **engine_env,
+        "FERRYMAN_MAX_RECEIVES": _tour_setting(steps, "max_receives"),
+    }
+    migrated = subprocess.run(
+        ["ferryman", "migrate"],
+        env=migrate_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=DEFAULT_TIMEOUT_SECONDS,
+        check=False,
+    )
+    output = migrated.stdout + migrated.stderr
+    assert migrated.returncode == 0, output
+    assert first_missing_line(["created the table", "created the queue"], output) is None, output
+
+    workdir = _follow(tmp_path, steps, pause_before_worker_seconds=0.0, engine_env=engine_env)
+
+    # Everything lived on AWS: nothing was kept in the tour's directory, and the table
+    # holds the tenant's five jobs (hi, flaky, refused, crash, loop), each ending
+    # SUCCEEDED as the tour showed, the refused and looping ones after their replays.
+    assert sorted(path.name for path in workdir.iterdir()) == ["ferryman.toml"]
+    assert asyncio.run(_tenant_job_statuses(database_url, "me")) == ["SUCCEEDED"] * 5
