@@ -126,6 +126,24 @@ class Site:
 
         return self._sqs(use)
 
+    def make_bucket(self) -> str:
+        name = f"{parse_aws_url(self.url).name}-results"
+
+        async def go() -> None:
+            async with open_clients() as clients:
+                await clients.s3.create_bucket(Bucket=name)
+
+        self.run(go())
+        return name
+
+    def objects(self, bucket: str) -> list[str]:
+        async def go() -> list[str]:
+            async with open_clients() as clients:
+                listed = await clients.s3.list_objects_v2(Bucket=bucket)
+                return [str(o["Key"]) for o in listed.get("Contents") or []]
+
+        return self.run(go())
+
     def drop_table(self) -> None:
         async def go() -> None:
             async with open_clients() as clients:
@@ -302,9 +320,12 @@ def test_missing_queues_fail_the_open_and_never_raise(
         reset_logging()
 
 
-def test_an_old_finished_job_is_purged_with_retention_set(
+def test_an_old_finished_job_is_purged_with_its_result_in_s3(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """As the template deploys it: results in S3, a retention set."""
+    bucket = site.make_bucket()
+    monkeypatch.setenv("FERRYMAN_RESULTS_URL", f"s3://{bucket}/results")
     monkeypatch.setenv("FERRYMAN_RETENTION_SECONDS", "1")
     job_id = site.submit()
     (message,) = site.receive()
@@ -312,6 +333,7 @@ def test_an_old_finished_job_is_purged_with_retention_set(
         event_of_messages([message], queue_arn=site.queue_arn()), FakeContext()
     )
     assert response == {"batchItemFailures": []}
+    assert len(site.objects(bucket)) == 1
 
     give_up = time.monotonic() + DEADLINE_SECONDS
     purged = 0
@@ -321,3 +343,4 @@ def test_an_old_finished_job_is_purged_with_retention_set(
         time.sleep(0.2)
     assert purged == 1
     assert site.job(job_id) is None
+    assert site.objects(bucket) == []
