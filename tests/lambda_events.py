@@ -6,11 +6,14 @@ ApproximateFirstReceiveTimestamp, all strings), messageAttributes (name ->
 {stringValue, dataType}), md5OfBody, eventSource "aws:sqs", eventSourceARN, awsRegion.
 Any engine's receive gives the (receipt, body, receive count, sent at) of a record;
 the message id is whatever the queue called the message (a fresh uuid where the
-engine has none to show).
+engine has none to show). A message SQS itself returned (``record_of_message``) keeps
+everything SQS said of it: its MessageId, ReceiptHandle, system attributes and typed
+message attributes, as the mapping passes them on.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import uuid
 from dataclasses import dataclass
@@ -65,6 +68,47 @@ def sqs_record(
 def sqs_event(records: Iterable[RecordFacts], *, queue_arn: str = QUEUE_ARN) -> dict[str, Any]:
     """An event of one record per (message_id, receipt, body, receive_count, sent_at)."""
     return {"Records": [sqs_record(*facts, queue_arn=queue_arn) for facts in records]}
+
+
+def record_of_message(message: Mapping[str, Any], *, queue_arn: str) -> dict[str, Any]:
+    """A message as SQS's ReceiveMessage returned it (asked for every system and message
+    attribute), as the event source mapping hands it to the function: the same facts,
+    in the event's camelCase names."""
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": dict(message.get("Attributes") or {}),
+        "messageAttributes": {
+            name: _event_attribute(value)
+            for name, value in (message.get("MessageAttributes") or {}).items()
+        },
+        "md5OfMessageAttributes": message.get("MD5OfMessageAttributes"),
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": queue_arn.split(":")[3],
+    }
+
+
+def _event_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A message attribute as the event spells it ({stringValue | binaryValue (base64),
+    stringListValues, binaryListValues, dataType})."""
+    attribute: dict[str, Any] = {
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": value["DataType"],
+    }
+    if "StringValue" in value:
+        attribute["stringValue"] = value["StringValue"]
+    if "BinaryValue" in value:
+        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+    return attribute
+
+
+def event_of_messages(messages: Iterable[Mapping[str, Any]], *, queue_arn: str) -> dict[str, Any]:
+    """An event of one record per message SQS returned."""
+    return {"Records": [record_of_message(m, queue_arn=queue_arn) for m in messages]}
 
 
 def facts_of(delivery: Delivery, message_id: str | None = None) -> RecordFacts:

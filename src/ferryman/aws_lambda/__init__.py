@@ -1,4 +1,5 @@
-"""The Lambda worker: ``ferryman.aws_lambda.handler`` for an SQS event source mapping.
+"""The Lambda worker: ``ferryman.aws_lambda.handler`` for an SQS event source mapping;
+and the Lambda sweeper: ``ferryman.aws_lambda.sweep`` for a schedule.
 
 Configured by the same environment variables as ``ferryman worker``. The mapping must
 have ``ReportBatchItemFailures`` on: the handler answers
@@ -11,7 +12,8 @@ no message itself). docs/aws-lambda.md says how to deploy it.
   finish;
 - dispositions.py: which verdicts let a message go;
 - event_source.py: the engine's queue and ledger with their deletes withheld;
-- container.py: the engine, worker and loop kept by a warm container.
+- container.py: the engine, worker and loop kept by a warm container;
+- sweeping.py: the sweeper's rounds, as many as an invocation has time for.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from ferryman.aws_lambda.container import BatchResponse, Container
+from ferryman.aws_lambda.sweeping import SweepContainer
 
-__all__ = ["handler", "shutdown"]
+__all__ = ["handler", "shutdown", "sweep"]
 
 # Made when this module is imported (at the container's init), opened lazily by the
-# first invocation, reused by every later one.
+# first invocation, reused by every later one. A function runs one of the two.
 _CONTAINER = Container()
+_SWEEP_CONTAINER = SweepContainer()
 
 
 def handler(event: Any, context: Any) -> BatchResponse:
@@ -32,6 +36,15 @@ def handler(event: Any, context: Any) -> BatchResponse:
     return _CONTAINER.invoke(event, context)
 
 
+def sweep(event: Any, context: Any) -> dict[str, int]:
+    """The sweeper function's entry point: rounds while the invocation has time, and
+    their counts (sweeping.SweepSummary). Never raises."""
+    return _SWEEP_CONTAINER.invoke(event, context)
+
+
 def shutdown() -> None:
-    """Close the engine this container opened (the next invocation opens it again)."""
-    _CONTAINER.close()
+    """Close the engines this container opened (the next invocation opens them again)."""
+    try:
+        _CONTAINER.close()
+    finally:
+        _SWEEP_CONTAINER.close()

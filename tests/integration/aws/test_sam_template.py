@@ -1,8 +1,10 @@
 """deploy/aws/template.yaml: valid to cfn-lint, its table exactly layout.py's, its
-default timeouts holding every rule ``ferryman doctor`` checks, its IAM least-privilege."""
+default timeouts holding every rule ``ferryman doctor`` checks, its IAM least-privilege,
+its sweeper on a schedule it keeps up with."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from ferryman.adapters.aws.timeouts import (
     findings,
 )
 from ferryman.aws_lambda.batch import TIMEOUT_MARGIN_SECONDS
+from ferryman.aws_lambda.sweeping import SWEEP_MARGIN_SECONDS
 from ferryman.config.sections import RetrySettings, WorkerSettings
 from ferryman.core.lease import LeasePolicy
 from ferryman.services.delivery import PERSIST_RETRY_DELAYS_SECONDS
@@ -154,7 +157,7 @@ def _statements(template: dict[str, Any], role: str) -> list[dict[str, Any]]:
     return [s for p in policies for s in p["PolicyDocument"]["Statement"]]
 
 
-@pytest.mark.parametrize("role", ["WorkerRole", "ApiTaskRole"])
+@pytest.mark.parametrize("role", ["WorkerRole", "ApiTaskRole", "SweeperRole"])
 def test_each_role_names_its_resources_and_actions(template: dict[str, Any], role: str) -> None:
     for statement in _statements(template, role):
         assert statement["Effect"] == "Allow"
@@ -175,6 +178,52 @@ def test_the_api_reads_results_and_never_writes_them(template: dict[str, Any]) -
     assert "sqs:DeleteMessage" not in queue["Action"]
 
 
+def _actions(statement: dict[str, Any]) -> set[str]:
+    actions = statement["Action"]
+    return set(actions if isinstance(actions, list) else [actions])
+
+
+def test_the_sweeper_touches_only_what_a_sweep_does(template: dict[str, Any]) -> None:
+    statements = {s["Sid"]: s for s in _statements(template, "SweeperRole")}
+    # It sends a job's message again; it receives and deletes dead letters only.
+    assert statements["JobQueue"]["Resource"] == {"Fn::GetAtt": ["JobQueue", "Arn"]}
+    assert not _actions(statements["JobQueue"]) & {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
+    assert "sqs:SendMessage" in _actions(statements["JobQueue"])
+    assert statements["DeadLetterQueue"]["Resource"] == {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= _actions(statements["DeadLetterQueue"])
+    assert "sqs:SendMessage" not in _actions(statements["DeadLetterQueue"])
+    # Results: it lists and deletes under the prefix (retention), and reads or writes none.
+    s3_actions = {a for s in statements.values() for a in _actions(s) if a.startswith("s3:")}
+    assert s3_actions == {"s3:ListBucket", "s3:DeleteObject"}
+    assert statements["ResultsList"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["results/", "results/*"]}
+    }
+    assert statements["ResultsDelete"]["Resource"] == {"Fn::Sub": "${ResultsBucket.Arn}/results/*"}
+
+
+def test_the_sweeper_runs_every_minute_one_at_a_time(template: dict[str, Any]) -> None:
+    function = template["Resources"]["SweeperFunction"]["Properties"]
+    module, name = function["Handler"].rsplit(".", 1)
+    assert callable(getattr(importlib.import_module(module), name))
+    ((event),) = function["Events"].values()
+    assert event == {
+        "Type": "Schedule",
+        "Properties": {"Schedule": "rate(1 minute)", "Description": "ferryman's sweeper rounds"},
+    }
+    assert function["ReservedConcurrentExecutions"] == 1
+    assert function["EventInvokeConfig"]["MaximumRetryAttempts"] == 0
+    interval = float(function["Environment"]["Variables"]["FERRYMAN_SWEEP_INTERVAL_SECONDS"])
+    # Time for rounds beyond the margin, and none started once the next minute's
+    # invocation is due.
+    assert function["Timeout"] > SWEEP_MARGIN_SECONDS + interval
+    assert function["Timeout"] - SWEEP_MARGIN_SECONDS <= 60
+    # It sweeps the stack's own table, queues and results, as the worker works on them.
+    worker = template["Resources"]["WorkerFunction"]["Properties"]["Environment"]["Variables"]
+    sweeper = function["Environment"]["Variables"]
+    for setting in ("FERRYMAN_DATABASE_URL", "FERRYMAN_RESULTS_URL", "FERRYMAN_MAX_RECEIVES"):
+        assert sweeper[setting] == worker[setting]
+
+
 def test_the_bucket_blocks_every_public_access(template: dict[str, Any]) -> None:
     bucket = template["Resources"]["ResultsBucket"]["Properties"]
     assert set(bucket["PublicAccessBlockConfiguration"].values()) == {True}
@@ -183,4 +232,6 @@ def test_the_bucket_blocks_every_public_access(template: dict[str, Any]) -> None
 
 
 def test_the_outputs_name_the_api_queue_table_and_bucket(template: dict[str, Any]) -> None:
-    assert {"ApiUrl", "QueueUrl", "TableName", "BucketName"} <= set(template["Outputs"])
+    assert {"ApiUrl", "QueueUrl", "TableName", "BucketName", "SweeperFunctionName"} <= set(
+        template["Outputs"]
+    )
