@@ -5,7 +5,7 @@ Configured by the same environment variables as ``ferryman worker``. The mapping
 have ``ReportBatchItemFailures`` on: the handler answers
 ``{"batchItemFailures": [{"itemIdentifier": messageId}, ...]}`` naming every record
 whose outcome is not durable, and the mapping deletes the others (the handler deletes
-no message itself). docs/aws-lambda.md says how to deploy it.
+no message itself). docs/aws.md ("The Lambda worker") says how to deploy it.
 
 - records.py: an SQS event's records as the worker's deliveries;
 - batch.py: one invocation's records, run at once, none started without the time to
