@@ -97,15 +97,33 @@ def configured_region() -> str:
     return str(region)
 
 
+# botocore's loader, which reads and keeps the service models (a few MB of JSON): one
+# per process, so opening clients again (a test, the sweeper function's next open)
+# does not parse them again. A session itself stays new each time: it reads the
+# configuration chain (region, credentials, endpoint) as it is now.
+_LOADER: Any = None
+
+
+def _session() -> Any:
+    from aiobotocore.session import get_session
+
+    global _LOADER
+    session = get_session()
+    if _LOADER is None:
+        _LOADER = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _LOADER)
+    return session
+
+
 @asynccontextmanager
 async def open_clients(
     *, max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS
 ) -> AsyncIterator[AwsClients]:
     """The engine's clients, closed (their connection pools too) on exit."""
-    from aiobotocore.session import get_session
 
     region = configured_region()
-    session = get_session()
+    session = _session()
     config = _config(max_pool_connections)
     async with AsyncExitStack() as stack:
         made = [
