@@ -369,6 +369,29 @@ async def _postgres_results(
         yield store
 
 
+@asynccontextmanager
+async def _aws_results(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ResultStore]:
+    url = await request.getfixturevalue("aws_url_factory")()
+    async with _engine_results(url, "db") as store:
+        yield store
+
+
+@asynccontextmanager
+async def _s3_results(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ResultStore]:
+    """Results in S3 beside the memory engine (an s3:// URL works beside any engine)."""
+    from aws_emulator import fresh_name
+    from ferryman.adapters.aws.clients import open_clients
+
+    request.getfixturevalue("aws_env")
+    bucket = fresh_name("results")
+    async with open_clients() as clients:
+        await clients.s3.create_bucket(Bucket=bucket)
+    async with _engine_results("memory://", f"s3://{bucket}/results") as store:
+        yield store
+
+
 RESULT_STORES: dict[
     str, Callable[[pytest.FixtureRequest, Path], AbstractAsyncContextManager[ResultStore]]
 ] = {
@@ -376,6 +399,8 @@ RESULT_STORES: dict[
     "sqlite": _sqlite_results,
     "files": _file_results,
     "postgres": _postgres_results,
+    "aws": _aws_results,
+    "s3": _s3_results,
 }
 
 

@@ -25,6 +25,7 @@ import structlog
 from ferryman.aws_lambda.batch import BatchRunner, worst_case_attempt_seconds
 from ferryman.aws_lambda.event_source import EventSourceLedger, EventSourceQueue
 from ferryman.aws_lambda.records import SqsEvent, parse_event
+from ferryman.aws_lambda.warm import WarmContainer
 from ferryman.config import load_settings
 from ferryman.observability.logging import configure_logging, describe_exception, flush_logs
 from ferryman.wiring import check_results_location, open_runtime, worker_timeouts
@@ -42,16 +43,13 @@ BatchResponse = dict[str, list[dict[str, str]]]
 LOG_FLUSH_SECONDS = 2.0
 
 
-class Container:
+class Container(WarmContainer):
     """The loop, and the batch runner once opened (None until then, or after a failed
     open); ``invoke`` is the handler."""
 
     def __init__(self, *, settings: Callable[[], Settings] = load_settings) -> None:
-        self._settings = settings
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stack: AsyncExitStack | None = None
+        super().__init__(settings=settings)
         self._runner: BatchRunner | None = None
-        self._logging_configured = False
 
     def invoke(self, event: Any, context: Any) -> BatchResponse:
         """Run the event's records; name those whose message must stay in the queue."""
@@ -69,23 +67,8 @@ class Container:
         flush_logs(LOG_FLUSH_SECONDS)
         return batch_response(_message_ids(event), goes)
 
-    def close(self) -> None:
-        """Close the engine and the loop (a container being retired; tests)."""
-        loop, stack = self._loop, self._stack
-        self._loop, self._stack, self._runner = None, None, None
-        self._logging_configured = False
-        if loop is None:
-            return
-        try:
-            if stack is not None:
-                loop.run_until_complete(stack.aclose())
-        finally:
-            loop.close()
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop
+    def _forget(self) -> None:
+        self._runner = None
 
     async def _invoke(self, parsed: SqsEvent, context: Any, goes: set[str]) -> None:
         if not parsed.records:

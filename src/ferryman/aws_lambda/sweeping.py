@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from ferryman.aws_lambda.warm import WarmContainer
 from ferryman.config import load_settings
 from ferryman.observability.logging import configure_logging, describe_exception, flush_logs
 from ferryman.wiring import check_results_location, open_runtime
@@ -80,17 +81,14 @@ class SweepSummary:
         return dataclasses.asdict(self)
 
 
-class SweepContainer:
+class SweepContainer(WarmContainer):
     """The loop, and the sweeper once opened (None until then, or after a failed open);
     ``invoke`` is the handler."""
 
     def __init__(self, *, settings: Callable[[], Settings] = load_settings) -> None:
-        self._settings = settings
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stack: AsyncExitStack | None = None
+        super().__init__(settings=settings)
         self._sweeper: Sweeper | None = None
         self._interval_seconds = 0.0
-        self._logging_configured = False
 
     def invoke(self, event: Any, context: Any) -> dict[str, int]:
         """Run rounds while the invocation has time; what they did. ``event`` (the
@@ -106,23 +104,8 @@ class SweepContainer:
         flush_logs(LOG_FLUSH_SECONDS)
         return summary.as_dict()
 
-    def close(self) -> None:
-        """Close the engine and the loop (a container being retired; tests)."""
-        loop, stack = self._loop, self._stack
-        self._loop, self._stack, self._sweeper = None, None, None
-        self._logging_configured = False
-        if loop is None:
-            return
-        try:
-            if stack is not None:
-                loop.run_until_complete(stack.aclose())
-        finally:
-            loop.close()
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop
+    def _forget(self) -> None:
+        self._sweeper = None
 
     async def _invoke(self, context: Any, summary: SweepSummary) -> None:
         time_left = _time_left(context)

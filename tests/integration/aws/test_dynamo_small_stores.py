@@ -1,10 +1,11 @@
 """The AWS engine's small stores on the emulator's DynamoDB: API keys, switches and the
 audit log, shared limits, and results kept in the table.
 
-Each case mirrors what the contract suites (tests/contract/test_api_keys.py,
-test_small_stores.py, test_provider_pauses.py, test_result_store.py) and
-test_postgres_shared.py assert for the other engines, plus what only this engine has:
-an item size limit, a listing to reclaim from, optimistic writes that collide."""
+The contract suites (tests/contract/test_api_keys.py, test_small_stores.py,
+test_provider_pauses.py, test_result_store.py) run on the aws engine too; here is what
+they cannot show: two processes (two client sets) at once on one table, optimistic
+writes that collide, an item size limit, a listing to reclaim from, a missing table;
+and the shared limits, whose contract (test_postgres_shared.py) needs PostgreSQL."""
 
 from __future__ import annotations
 
@@ -98,25 +99,6 @@ def key(key_id: str, *, tenant: str = "t1", admin: bool = False, **fields: float
 # --- API keys ---------------------------------------------------------------------------
 
 
-async def test_keys_round_trip_with_their_expiry_and_are_found_by_id(aws):
-    record = key("aaaaaaaaaaaa", admin=True, expires_at=1_000.5, created_at=1.5)
-    other = key("fm_def456", tenant="t2", created_at=2.0)
-    await aws.keys.add_key(record)
-    await aws.keys.add_key(other)
-
-    assert await aws.keys.find_key("aaaaaaaaaaaa") == record
-    assert await aws.two.keys.find_key("fm_def456") == other  # another process reads it
-    assert await aws.keys.find_key("fm_unknown") is None
-
-
-async def test_a_taken_key_id_is_a_conflict_and_the_first_key_stays(aws):
-    await aws.keys.add_key(key("aaaaaaaaaaaa"))
-    with pytest.raises(StateConflictError):
-        await aws.keys.add_key(key("aaaaaaaaaaaa", tenant="t2", created_at=99.0))
-    assert (await aws.keys.find_key("aaaaaaaaaaaa")).tenant_id == "t1"
-    assert [r.tenant_id for r in await aws.keys.list_keys()] == ["t1"]  # listed once
-
-
 async def test_one_key_id_added_by_two_processes_at_once_is_added_once(aws):
     outcomes = await asyncio.gather(
         aws.keys.add_key(key("aaaaaaaaaaaa", tenant="t1")),
@@ -128,85 +110,6 @@ async def test_one_key_id_added_by_two_processes_at_once_is_added_once(aws):
     winner = "t1" if outcomes[0] is None else "t2"
     assert (await aws.keys.find_key("aaaaaaaaaaaa")).tenant_id == winner
     assert [r.tenant_id for r in await aws.keys.list_keys()] == [winner]
-
-
-async def test_lists_hold_every_key_oldest_first_and_filter_by_tenant(aws):
-    await aws.keys.add_key(key("cccccccccccc", tenant="t2", created_at=3.0))
-    await aws.keys.add_key(key("aaaaaaaaaaaa", tenant="t1", created_at=1.0))
-    await aws.keys.add_key(key("bbbbbbbbbbbb", tenant="t1", created_at=2.0))
-    await aws.keys.add_key(key("abababababab", tenant="t1", created_at=2.0))  # same time: by id
-    await aws.keys.revoke_key("bbbbbbbbbbbb", actor="ops", now=5.0, keep_an_admin=True)
-
-    everything = await aws.keys.list_keys()
-    t1 = await aws.keys.list_keys(tenant_id="t1")
-
-    assert [r.key_id for r in everything] == [
-        "aaaaaaaaaaaa",
-        "abababababab",
-        "bbbbbbbbbbbb",
-        "cccccccccccc",
-    ]
-    assert [r.key_id for r in t1] == ["aaaaaaaaaaaa", "abababababab", "bbbbbbbbbbbb"]
-    assert (t1[2].revoked_at, t1[2].revoked_by) == (5.0, "ops")  # the listing is revoked too
-    assert await aws.keys.list_keys(tenant_id="nobody") == []
-
-
-async def test_a_revocation_records_who_and_when_and_a_second_one_changes_nothing(aws):
-    await aws.keys.add_key(key("aaaaaaaaaaaa"))
-
-    first = await aws.keys.revoke_key("aaaaaaaaaaaa", actor="alice", now=20.0, keep_an_admin=True)
-    again = await aws.keys.revoke_key("aaaaaaaaaaaa", actor="bob", now=30.0, keep_an_admin=True)
-
-    assert first.outcome is RevokeOutcome.REVOKED
-    assert (first.record.revoked_at, first.record.revoked_by) == (20.0, "alice")
-    assert again.outcome is RevokeOutcome.ALREADY_REVOKED
-    assert again.record == first.record
-    assert await aws.keys.find_key("aaaaaaaaaaaa") == first.record
-
-
-async def test_an_unknown_key_is_not_found(aws):
-    revocation = await aws.keys.revoke_key("aaaaaaaaaaaa", actor="ops", now=1.0, keep_an_admin=True)
-    assert revocation.outcome is RevokeOutcome.NOT_FOUND
-    assert revocation.record is None
-
-
-async def test_the_last_usable_admin_key_is_kept_when_asked(aws):
-    await aws.keys.add_key(key("aaaaaaaaaaaa", admin=True))
-    # Neither an expired nor a revoked admin key, nor a tenant key, can stand in for it.
-    await aws.keys.add_key(key("bbbbbbbbbbbb", admin=True, expires_at=50.0))
-    await aws.keys.add_key(key("cccccccccccc", admin=True))
-    await aws.keys.revoke_key("cccccccccccc", actor="ops", now=60.0, keep_an_admin=False)
-    await aws.keys.add_key(key("dddddddddddd"))
-
-    kept = await aws.keys.revoke_key("aaaaaaaaaaaa", actor="ops", now=100.0, keep_an_admin=True)
-
-    assert kept.outcome is RevokeOutcome.LAST_ADMIN
-    assert kept.record == await aws.keys.find_key("aaaaaaaaaaaa")
-    assert (await aws.keys.find_key("aaaaaaaaaaaa")).revoked_at is None
-
-
-async def test_an_admin_key_goes_when_another_usable_one_remains_or_when_forced(aws):
-    await aws.keys.add_key(key("aaaaaaaaaaaa", admin=True))
-    await aws.keys.add_key(key("bbbbbbbbbbbb", admin=True, expires_at=500.0))
-
-    first = await aws.keys.revoke_key("aaaaaaaaaaaa", actor="ops", now=100.0, keep_an_admin=True)
-    last = await aws.keys.revoke_key("bbbbbbbbbbbb", actor="ops", now=100.0, keep_an_admin=True)
-    forced = await aws.keys.revoke_key("bbbbbbbbbbbb", actor="ops", now=100.0, keep_an_admin=False)
-
-    assert first.outcome is RevokeOutcome.REVOKED
-    assert last.outcome is RevokeOutcome.LAST_ADMIN
-    assert forced.outcome is RevokeOutcome.REVOKED
-
-
-async def test_tenant_keys_and_expired_admin_keys_are_never_held_back(aws):
-    await aws.keys.add_key(key("aaaaaaaaaaaa"))
-    await aws.keys.add_key(key("bbbbbbbbbbbb", admin=True, expires_at=50.0))
-
-    tenant = await aws.keys.revoke_key("aaaaaaaaaaaa", actor="ops", now=100.0, keep_an_admin=True)
-    expired = await aws.keys.revoke_key("bbbbbbbbbbbb", actor="ops", now=100.0, keep_an_admin=True)
-
-    assert tenant.outcome is RevokeOutcome.REVOKED
-    assert expired.outcome is RevokeOutcome.REVOKED
 
 
 async def test_revoking_the_last_two_admin_keys_at_once_keeps_one_every_time(aws):
@@ -240,18 +143,6 @@ async def test_a_key_store_on_a_missing_table_is_unavailable_naming_migrate(aws)
 
 
 # --- switches and the audit log ---------------------------------------------------------
-
-
-async def test_pause_switches(aws):
-    control, now = aws.control, aws.clock.now
-    assert await control.paused() == frozenset()
-
-    await control.set_paused(Switch.INTAKE, True, actor="ops", now=now())
-    assert await aws.two.control.paused() == frozenset({Switch.INTAKE})
-    await control.set_paused(Switch.WORKERS, True, actor="ops", now=now())
-    await control.set_paused(Switch.INTAKE, False, actor="ops", now=now())
-
-    assert await control.paused() == frozenset({Switch.WORKERS})
 
 
 async def test_each_flip_is_audited_newest_first_with_increasing_ids(aws):
@@ -328,38 +219,6 @@ def _automatic(aws, provider: str = "openai", *, probe_in: float | None = 30.0):
     )
 
 
-async def test_an_automatic_pause_says_who_why_since_when_and_its_next_probe(aws):
-    pause = _automatic(aws)
-
-    assert await aws.control.pause_provider_automatically(pause) is True
-
-    assert await aws.control.paused_providers() == frozenset({"openai"})
-    assert await aws.control.provider_pauses() == {"openai": pause}
-    (record,) = await aws.control.audit_log(limit=5)
-    assert (record.action, record.target, record.actor, record.reason) == (
-        AuditAction.PAUSE,
-        "provider:openai",
-        WORKER,
-        pause.reason,
-    )
-
-
-async def test_a_provider_paused_already_keeps_its_pause(aws):
-    await aws.control.set_provider_paused(
-        "openai", True, actor="ops", now=aws.clock.now(), reason="key rotation"
-    )
-    aws.clock.advance(5)
-
-    assert await aws.control.pause_provider_automatically(_automatic(aws)) is False
-    assert await aws.control.pause_provider_automatically(_automatic(aws)) is False
-
-    pause = (await aws.control.provider_pauses())["openai"]
-    assert (pause.automatic, pause.actor, pause.reason) == (False, "ops", "key rotation")
-    assert pause.since == aws.clock.now() - 5
-    assert not pause.resumes_by_itself
-    assert len(await aws.control.audit_log(limit=5)) == 1  # nothing more recorded
-
-
 async def test_two_processes_pausing_one_provider_at_once_pause_it_once(aws):
     pause = _automatic(aws)
     other = dataclasses.replace(pause, actor="worker:w2")
@@ -373,53 +232,6 @@ async def test_two_processes_pausing_one_provider_at_once_pause_it_once(aws):
     assert len(await aws.control.audit_log(limit=5)) == 1
 
 
-async def test_an_operators_pause_over_an_automatic_one_makes_it_the_operators(aws):
-    await aws.control.pause_provider_automatically(_automatic(aws))
-    await aws.control.set_provider_paused("openai", True, actor="ops", now=aws.clock.now())
-    aws.clock.advance(3600)
-    now = aws.clock.now()
-
-    pause = (await aws.control.provider_pauses())["openai"]
-    assert (pause.automatic, pause.next_probe_at, pause.reason) == (False, None, None)
-    assert (
-        await aws.control.take_provider_probe(
-            "openai", now=now, next_probe_at=now + 60, probe_interval_seconds=60
-        )
-        is None
-    )
-    assert not await aws.control.resume_provider_automatically(
-        "openai", since=pause.since, actor=WORKER, now=now, reason="probe passed"
-    )
-    assert await aws.control.paused_providers() == frozenset({"openai"})
-
-
-async def test_a_probe_is_taken_once_when_due_and_moves_the_next_one_on(aws):
-    pause = _automatic(aws)
-    await aws.control.pause_provider_automatically(pause)
-
-    def take(control):
-        now = aws.clock.now()
-        return control.take_provider_probe(
-            "openai", now=now, next_probe_at=now + 60, probe_interval_seconds=60
-        )
-
-    assert await take(aws.control) is None  # not due yet
-    aws.clock.advance(30)
-    first, second = await asyncio.gather(take(aws.control), take(aws.two.control))
-
-    taken = [t for t in (first, second) if t is not None]
-    assert len(taken) == 1
-    assert taken[0].next_probe_at == aws.clock.now() + 60
-    assert taken[0].probe_interval_seconds == 60
-    assert (taken[0].since, taken[0].reason, taken[0].automatic) == (
-        pause.since,
-        pause.reason,
-        True,
-    )
-    assert await take(aws.control) is None
-    assert (await aws.control.provider_pauses())["openai"] == taken[0]
-
-
 async def test_a_probe_of_a_provider_never_paused_is_none(aws):
     now = aws.clock.now()
     assert (
@@ -429,76 +241,6 @@ async def test_a_probe_of_a_provider_never_paused_is_none(aws):
         is None
     )
     assert await aws.control.provider_pauses() == {}  # the probe made no item
-
-
-async def test_a_pause_that_is_never_probed_is_never_taken(aws):
-    await aws.control.pause_provider_automatically(_automatic(aws, probe_in=None))
-    aws.clock.advance(86_400)
-    now = aws.clock.now()
-
-    assert (
-        await aws.control.take_provider_probe(
-            "openai", now=now, next_probe_at=now + 60, probe_interval_seconds=60
-        )
-        is None
-    )
-    pause = (await aws.control.provider_pauses())["openai"]
-    assert pause.automatic and not pause.resumes_by_itself
-
-
-async def test_only_the_same_automatic_pause_is_lifted_automatically(aws):
-    pause = _automatic(aws)
-    await aws.control.pause_provider_automatically(pause)
-    aws.clock.advance(30)
-    now = aws.clock.now()
-
-    assert not await aws.control.resume_provider_automatically(
-        "openai", since=pause.since - 1, actor=WORKER, now=now, reason="probe passed"
-    )
-    assert not await aws.control.resume_provider_automatically(
-        "anthropic", since=pause.since, actor=WORKER, now=now, reason="probe passed"
-    )
-    assert await aws.control.resume_provider_automatically(
-        "openai", since=pause.since, actor=WORKER, now=now, reason="probe passed"
-    )
-
-    assert await aws.control.provider_pauses() == {}
-    assert await aws.control.paused_providers() == frozenset()
-    log = await aws.control.audit_log(limit=5)
-    assert [(r.action, r.actor, r.reason) for r in log] == [
-        (AuditAction.RESUME, WORKER, "probe passed"),
-        (AuditAction.PAUSE, WORKER, pause.reason),
-    ]
-    assert not await aws.control.resume_provider_automatically(
-        "openai", since=pause.since, actor=WORKER, now=now, reason="probe passed"
-    )
-    # Paused again later, it is a new pause: the earlier one's resume does not lift it.
-    aws.clock.advance(10)
-    later = _automatic(aws)
-    assert await aws.control.pause_provider_automatically(later)
-    assert not await aws.control.resume_provider_automatically(
-        "openai", since=pause.since, actor=WORKER, now=aws.clock.now(), reason="probe passed"
-    )
-    assert await aws.control.provider_pauses() == {"openai": later}
-
-
-async def test_an_operator_resumes_an_automatic_pause(aws):
-    await aws.control.pause_provider_automatically(_automatic(aws))
-    await aws.control.set_provider_paused("openai", False, actor="ops", now=aws.clock.now())
-    assert await aws.control.provider_pauses() == {}
-
-
-async def test_switches_are_not_provider_pauses(aws):
-    now = aws.clock.now()
-    await aws.control.set_paused(Switch.WORKERS, True, actor="ops", now=now)
-    await aws.control.set_provider_paused("sim", True, actor="ops", now=now, reason="r")
-    # A provider name with the separators keys use is still one provider.
-    await aws.control.set_provider_paused("a#b:c", True, actor="ops", now=now)
-
-    pauses = await aws.control.provider_pauses()
-    assert sorted(pauses) == ["a#b:c", "sim"]
-    assert (pauses["sim"].actor, pauses["sim"].reason, pauses["sim"].since) == ("ops", "r", now)
-    assert await aws.control.paused() == frozenset({Switch.WORKERS})
 
 
 # --- shared limits (tests/contract/test_postgres_shared.py) -----------------------------
@@ -709,28 +451,9 @@ async def test_a_limits_store_on_a_missing_table_is_unavailable(aws):
 # --- results kept in the table (tests/contract/test_result_store.py) --------------------
 
 
-async def test_a_result_round_trips_under_its_key(aws):
-    data = b'{"answer": "caf\xc3\xa9"}\x00\xff'
-
-    ref = await aws.results.put(KEY_1, data)
-    other = await aws.results.put(KEY_2, b"second")
-
-    assert ref.startswith(f"db:{KEY_1};sha256=")
-    assert ref != other
-    assert await aws.two.results.get(ref, key=KEY_1) == data
-    assert await aws.results.get(other, key=KEY_2) == b"second"
-
-
 async def test_an_empty_result_round_trips(aws):
     ref = await aws.results.put(KEY_1, b"")
     assert await aws.results.get(ref, key=KEY_1) == b""
-
-
-async def test_a_ref_read_as_another_key_is_unreadable_never_served(aws):
-    ref = await aws.results.put(OTHER_TENANT, b'{"private": true}')
-
-    with pytest.raises(ResultUnreadableError, match="another result"):
-        await aws.results.get(ref, key=KEY_1)
 
 
 async def test_unknown_missing_and_mismatched_refs_are_unreadable(aws):
@@ -792,15 +515,6 @@ async def test_keys_no_store_may_use_are_refused(aws):
         await aws.results.put("", b"x")
     with pytest.raises(ValueError, match="longer"):
         await aws.results.put("t/" + "k" * 1100, b"x")
-
-
-async def test_a_healthy_store_passes_its_probe_and_it_leaves_nothing(aws):
-    await aws.results.probe()
-    await aws.results.put(KEY_1, b"x")
-    await aws.results.probe()
-
-    scanned = await aws.clients.dynamodb.scan(TableName=aws.table)  # a test may Scan
-    assert not [i for i in scanned["Items"] if "probe" in i["pk"]["S"]]
 
 
 async def test_a_results_store_on_a_missing_table_fails_its_probe_and_reads(aws):
