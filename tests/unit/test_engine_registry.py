@@ -159,4 +159,5 @@ def test_each_engine_checks_the_rest_of_its_url(url: str) -> None:
 
 
 def test_only_a_shared_engine_keeps_results_in_the_database_by_default() -> None:
-    assert {entry.name for entry in ENGINES if entry.shared} == {"postgresql"}
+    # Processes on several machines: a local results directory would be one machine's.
+    assert {entry.name for entry in ENGINES if entry.shared} == {"postgresql", "aws"}
