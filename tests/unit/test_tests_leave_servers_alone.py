@@ -107,17 +107,19 @@ def _text(*words: str) -> str:
 
 
 # What a line the rules must catch would do to a server (any verb: the rules look for
-# the program, never for what it is asked).
+# the program, never for what it is asked, nor on which server: the examples name a
+# service, a cluster and a data directory no machine has).
 VERBS = (*sorted(FORBIDDEN_CLUSTER_VERBS), "reload")
+SERVICE, CLUSTER, DATA = "example-db", ("99", "example"), "/nonexistent/example-data"
 
 
 @pytest.mark.parametrize("verb", VERBS)
 def test_the_rules_catch_what_they_are_for(verb: str) -> None:
     spelled = {
-        _text("systemctl", verb, "postgresql"): 0,
-        _text("service", "postgresql", verb): 1,
-        str(["pg_ctlcluster", "15", "main", verb]): 2,
-        _text("pg_ctl", "-D", "/var/lib/postgresql/15/main", verb): 3,
+        _text("systemctl", verb, SERVICE): 0,
+        _text("service", SERVICE, verb): 1,
+        str(["pg_ctlcluster", *CLUSTER, verb]): 2,
+        _text("pg_ctl", "-D", DATA, verb): 3,
         str(["pg_ctl", "-D", "data", verb]): 3,
         _text("ALTER", "SYSTEM", "SET", "max_connections", "=", "5"): 4,
         _text("apt-get", "install", "-y", "postgresql"): 5,
@@ -127,9 +129,9 @@ def test_the_rules_catch_what_they_are_for(verb: str) -> None:
 
 
 def test_the_rules_leave_alone_what_is_not_theirs() -> None:
-    assert not RULES[3][1].search(_text("pg_ctlcluster", "15", "main", "start"))
+    assert not RULES[3][1].search(_text("pg_ctlcluster", *CLUSTER, "start"))
     assert not RULES[0][1].search(
-        _text("pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "start")
+        _text("pg_ctlcluster", "--skip-systemctl-redirect", *CLUSTER, "start")
     )
     # Advice in a message is not an install.
     assert not RULES[5][1].search("install them (apt-get install postgresql)")
