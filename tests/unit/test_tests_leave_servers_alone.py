@@ -117,7 +117,7 @@ SERVICE, CLUSTER, DATA = "example-db", ("99", "example"), "/nonexistent/example-
 def test_the_rules_catch_what_they_are_for(verb: str) -> None:
     spelled = {
         _text("systemctl", verb, SERVICE): 0,
-        _text("service", SERVICE, verb): 1,
+        _text("invoke-rc.d", SERVICE, verb): 1,
         str(["pg_ctlcluster", *CLUSTER, verb]): 2,
         _text("pg_ctl", "-D", DATA, verb): 3,
         str(["pg_ctl", "-D", "data", verb]): 3,
