@@ -33,6 +33,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -88,17 +89,56 @@ def item_bytes(item: dict[str, Any]) -> int:
     return sum(len(name.encode()) + _value_bytes(value) for name, value in item.items())
 
 
+def _key_sizes(key: dict[str, Any]) -> dict[str, int]:
+    return {name: len(name.encode()) + _value_bytes(value) for name, value in key.items()}
+
+
+_CLAUSE = re.compile(r"\b(SET|REMOVE|ADD|DELETE)\b")
+
+
+def _clauses(expression: str) -> list[tuple[str, list[str]]]:
+    """An UpdateExpression's clauses, each with its comma-separated operands (commas
+    inside a function's parentheses kept)."""
+    parts = _CLAUSE.split(expression)
+    clauses = []
+    for clause, body in zip(parts[1::2], parts[2::2], strict=True):
+        operands, depth, current = [], 0, ""
+        for char in body:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if char == "," and depth == 0:
+                operands.append(current.strip())
+                current = ""
+            else:
+                current += char
+        if current.strip():
+            operands.append(current.strip())
+        clauses.append((clause, operands))
+    return clauses
+
+
+def index_shapes(definition: dict[str, Any]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Each secondary index's key attributes and every attribute its entries hold."""
+    table_keys = {entry["AttributeName"] for entry in definition["KeySchema"]}
+    shapes = {}
+    for index in definition["GlobalSecondaryIndexes"]:
+        keys = frozenset(entry["AttributeName"] for entry in index["KeySchema"])
+        projected = keys | table_keys | set(index["Projection"].get("NonKeyAttributes", ()))
+        shapes[index["IndexName"]] = (keys, frozenset(projected))
+    return shapes
+
+
 class Meter:
     """Billable units and requests, counted from the SDK's events."""
 
-    def __init__(self, index_keys: dict[str, str]) -> None:
-        # Index name by the attribute that is its partition key.
-        self._index_keys = index_keys
+    def __init__(self, indexes: dict[str, tuple[frozenset[str], frozenset[str]]]) -> None:
+        # Each index's (key attributes, every attribute its entries hold).
+        self._indexes = indexes
         self.counts: Counter[str] = Counter()
         self.operations: Counter[str] = Counter()
-        # Last known size of each item written, by key: an UpdateItem is charged for
-        # the whole item, which its request does not show.
-        self._sizes: dict[str, int] = {}
+        # What each item written holds (attribute name -> bytes), by key: an UpdateItem
+        # is charged for the larger of the item before and after, which its request
+        # does not show, and moves an index entry only if the item is in that index.
+        self._items: dict[str, dict[str, int]] = {}
 
     def hooks(self) -> tuple[tuple[str, Any], tuple[str, Any]]:
         return (("before-parameter-build", self._before), ("after-call", self._after))
@@ -127,42 +167,71 @@ class Meter:
         return f"{table}|{json.dumps(key, sort_keys=True, default=str)}"
 
     def _write(
-        self, table: str, key: dict[str, Any], size: int | None, indexed: int, factor: float
+        self,
+        where: str,
+        after: dict[str, int] | None,
+        changed: set[str],
+        factor: float,
     ) -> None:
-        where = self._key(table, key)
-        known = self._sizes.get(where, 0)
-        charged = max(known, size or 0)
-        if size is not None:
-            self._sizes[where] = max(known, size)
-        self.counts["dynamodb_write_units"] += factor * max(1, math.ceil(charged / 1024))
-        self.counts["dynamodb_write_units"] += indexed
+        """An item goes from what it held to ``after`` (None: deleted), ``changed``
+        naming the attributes the write set or removed."""
+        before = self._items.get(where)
+        if after is None:
+            self._items.pop(where, None)
+        else:
+            self._items[where] = after
+        size = max(sum((before or {}).values()), sum((after or {}).values()))
+        self.counts["dynamodb_write_units"] += factor * max(1, math.ceil(size / 1024))
+        self.counts["dynamodb_write_units"] += self._index_writes(before, after, changed)
 
-    def _indexes_touched(self, names: set[str]) -> int:
-        return sum(1 for attribute in names if attribute in self._index_keys)
+    def _index_writes(
+        self, before: dict[str, int] | None, after: dict[str, int] | None, changed: set[str]
+    ) -> int:
+        """One write per index entry put or deleted (entries here are under 1 KB): a
+        key that moves deletes the old entry and puts the new; a projected attribute
+        that changes rewrites the entry; an item outside an index costs it nothing."""
+        writes = 0
+        for keys, projected in self._indexes.values():
+            was_in = before is not None and keys <= before.keys()
+            now_in = after is not None and keys <= after.keys()
+            if was_in and now_in:
+                if changed & keys:
+                    writes += 2
+                elif changed & projected:
+                    writes += 1
+            elif was_in or now_in:
+                writes += 1
+        return writes
 
-    def _put(self, op: dict[str, Any], factor: float) -> None:
-        item = op["Item"]
-        key = {"pk": item.get("pk"), "sk": item.get("sk")}
-        self._write(
-            op["TableName"], key, item_bytes(item), self._indexes_touched(set(item)), factor
-        )
+    def _put(self, table: str, item: dict[str, Any], factor: float) -> None:
+        where = self._key(table, {"pk": item.get("pk"), "sk": item.get("sk")})
+        after = {name: len(name.encode()) + _value_bytes(value) for name, value in item.items()}
+        self._write(where, after, set(after) | set(self._items.get(where, {})), factor)
 
     def _update(self, op: dict[str, Any], factor: float) -> None:
-        expression = op.get("UpdateExpression", "")
+        where = self._key(op["TableName"], op["Key"])
         names = op.get("ExpressionAttributeNames", {})
-        mentioned = {
-            names.get(token, token)
-            for token in expression.replace(",", " ").replace("=", " ").split()
-        }
         values = op.get("ExpressionAttributeValues", {})
-        size = sum(_value_bytes(v) for v in values.values())
-        # An update that moves an index key rewrites the index entry (a delete and a put).
-        self._write(op["TableName"], op["Key"], size, 2 * self._indexes_touched(mentioned), factor)
+        after = dict(self._items.get(where) or _key_sizes(op["Key"]))
+        changed: set[str] = set()
+        for clause, operands in _clauses(op.get("UpdateExpression", "")):
+            for operand in operands:
+                name, _, value = (
+                    operand.partition("=") if clause == "SET" else (operand.partition(" "))
+                )
+                attribute = names.get(name.strip(), name.strip())
+                changed.add(attribute)
+                if clause == "REMOVE":
+                    after.pop(attribute, None)
+                else:
+                    token = value.strip().split()[0] if value.strip() else ""
+                    size = _value_bytes(values[token]) if token in values else 8
+                    after[attribute] = len(attribute.encode()) + size
+        self._write(where, after, changed, factor)
 
     def _delete(self, op: dict[str, Any], factor: float) -> None:
         where = self._key(op["TableName"], op["Key"])
-        size = self._sizes.pop(where, 1024)
-        self.counts["dynamodb_write_units"] += factor * max(1, math.ceil(size / 1024))
+        self._write(where, None, set(self._items.get(where, {})), factor)
 
     def _read(self, items: list[dict[str, Any]], consistent: bool, factor: float = 1.0) -> None:
         size = sum(item_bytes(item) for item in items)
@@ -170,9 +239,12 @@ class Meter:
         self.counts["dynamodb_read_units"] += per_4kb * max(1, math.ceil(size / 4096))
 
     def _dynamodb(self, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
-        single = {"PutItem": self._put, "UpdateItem": self._update, "DeleteItem": self._delete}
-        if operation in single:
-            single[operation](params, 1)
+        if operation == "PutItem":
+            self._put(params["TableName"], params["Item"], 1)
+        elif operation == "UpdateItem":
+            self._update(params, 1)
+        elif operation == "DeleteItem":
+            self._delete(params, 1)
         elif operation == "BatchWriteItem":
             self._batch_write(params)
         elif operation == "TransactWriteItems":
@@ -184,16 +256,19 @@ class Meter:
         for table, requests in params.get("RequestItems", {}).items():
             for request in requests:
                 if "PutRequest" in request:
-                    self._put({"TableName": table, **request["PutRequest"]}, 1)
+                    self._put(table, request["PutRequest"]["Item"], 1)
                 else:
                     self._delete({"TableName": table, **request["DeleteRequest"]}, 1)
 
     def _transact_write(self, params: dict[str, Any]) -> None:
-        writes = {"Put": self._put, "Update": self._update, "Delete": self._delete}
         for entry in params.get("TransactItems", []):
             ((kind, op),) = entry.items()
-            if kind in writes:
-                writes[kind](op, 2)
+            if kind == "Put":
+                self._put(op["TableName"], op["Item"], 2)
+            elif kind == "Update":
+                self._update(op, 2)
+            elif kind == "Delete":
+                self._delete(op, 2)
             else:  # ConditionCheck: a transactional read of the item
                 self.counts["dynamodb_read_units"] += 2
 
@@ -289,12 +364,7 @@ async def _measure_deployment(meter: Meter, results: str, jobs: int) -> dict[str
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging("WARNING")
-    definition = table_definition("x")
-    index_keys = {
-        index["KeySchema"][0]["AttributeName"]: index["IndexName"]
-        for index in definition["GlobalSecondaryIndexes"]
-    }
-    meter = Meter(index_keys)
+    meter = Meter(index_shapes(table_definition("x")))
     with moto_server() as endpoint:
         os.environ.update(aws_environment(endpoint))
         with request_hooks(*meter.hooks()):

@@ -30,7 +30,7 @@ STATED = {
     # A DynamoDB transaction holds 100 items (a keyed new job takes 3, a tenant's
     # counters 8); an item 400 KB; SQS delivers in its own order.
     "aws": (
-        StoreCapabilities(max_atomic_batch=30, usage_exact=True, max_job_bytes=350_000),
+        StoreCapabilities(max_atomic_batch=23, usage_exact=True, max_job_bytes=350_000),
         False,
     ),
 }

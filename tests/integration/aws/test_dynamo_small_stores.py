@@ -19,7 +19,7 @@ import pytest
 from ferryman.adapters.aws.clients import open_clients
 from ferryman.adapters.aws.control import DynamoControlStore
 from ferryman.adapters.aws.keys import DynamoApiKeyStore
-from ferryman.adapters.aws.limits import DynamoSharedLimits
+from ferryman.adapters.aws.limits import PROVIDER_SK, DynamoSharedLimits, provider_pk
 from ferryman.adapters.aws.location import parse_aws_url
 from ferryman.adapters.aws.results_db import (
     MAX_RESULT_BYTES,
@@ -394,6 +394,31 @@ def _report(member: str, now: float, **fields) -> ProviderReport:
         "live_after_seconds": 5.0,
     }
     return ProviderReport(**{**base, **fields})
+
+
+async def _provider_item(aws, provider: str, model: str) -> dict:
+    response = await aws.clients.dynamodb.get_item(
+        TableName=aws.table,
+        Key={"pk": {"S": provider_pk(provider, model)}, "sk": {"S": PROVIDER_SK}},
+        ConsistentRead=True,
+    )
+    return response["Item"]
+
+
+async def test_a_report_that_moves_nothing_writes_nothing_and_one_that_does_writes(aws):
+    first = await aws.limits.report_provider(_report("a", 100.0))
+    written = await _provider_item(aws, "p#1", "m")
+
+    steady = await aws.limits.report_provider(_report("a", 101.0))
+    untouched = await _provider_item(aws, "p#1", "m")
+    grown = await aws.limits.report_provider(_report("a", 102.0, grown_window=1.0))
+
+    assert steady == first
+    assert untouched == written  # the steady report wrote nothing
+    after = await _provider_item(aws, "p#1", "m")
+    assert grown.window == first.window + 1.0
+    assert int(after["version"]["N"]) == int(written["version"]["N"]) + 1
+    assert after["updated_at"] == {"N": "102.0"}
 
 
 async def test_the_cluster_window_is_capped_at_every_live_member_and_a_gone_one_is_forgotten(

@@ -146,6 +146,33 @@ async def test_create_stores_the_job_exactly_with_its_accepted_event(stack: Stac
     assert stack.port.enqueues_with_job is False
 
 
+async def _raw_items(stack: Stack, job_id: str) -> dict[str, dict[str, Any]]:
+    """The table's items under a job's partition key, by sort key."""
+    response = await stack.port._clients.dynamodb.query(
+        TableName=stack.port._table,
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": layout.job_pk(job_id)}},
+        ConsistentRead=True,
+    )
+    return {item["sk"]["S"]: item for item in response["Items"]}
+
+
+async def test_the_input_has_an_item_of_its_own_so_changes_rewrite_a_small_one(
+    stack: Stack,
+) -> None:
+    prompt = "a long prompt " * 20_000  # 280 KB
+    job = stack.job(input={"prompt": prompt})
+    await stack.accept(job)
+    claimed = await stack.claim(job.job_id)
+
+    items = await _raw_items(stack, job.job_id)
+    assert "input" not in items[layout.JOB_SK]
+    assert prompt in items[layout.INPUT_SK]["input"]["S"]
+    assert len(str(items[layout.JOB_SK])) < 2_000  # what every change rewrites
+    assert claimed.input == {"prompt": prompt}
+    assert (await stack.store.get_many([job.job_id]))[job.job_id].input == {"prompt": prompt}
+
+
 async def test_the_same_key_and_request_replays_the_job(stack: Stack) -> None:
     first = await stack.accept(stack.job(idempotency_key="k"))
 
@@ -258,7 +285,7 @@ async def test_fifty_jobs_in_chunks_settle_each_stored_key_per_item(stack: Stack
 
 async def test_a_batch_over_max_atomic_batch_is_refused_with_nothing_stored(stack: Stack) -> None:
     size = stack.port.capabilities.max_atomic_batch
-    assert size == 30  # (100 items - 8 counter shards) // 3 items per keyed job
+    assert size == 23  # (100 items - 8 counter shards) // 4 items per keyed job
     jobs = [stack.job(idempotency_key=f"k{i}") for i in range(size + 1)]
 
     with pytest.raises(ValueError, match=str(size)):
@@ -651,6 +678,7 @@ async def test_purge_finished_deletes_old_jobs_whole_oldest_first(stack: Stack) 
     assert second == old[2:]
     for job_id in old:
         assert await stack.store.get(job_id) is None
+        assert await _raw_items(stack, job_id) == {}  # its input's item went with it
         assert await stack.store.events(job_id) == []
         assert await stack.store.attempts(job_id) == []
     assert await stack.store.existing([*old, recent, unfinished]) == {recent, unfinished}

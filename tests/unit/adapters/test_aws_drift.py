@@ -49,11 +49,11 @@ def test_an_index_with_other_keys_or_a_narrower_projection_is_named() -> None:
 def test_an_include_projection_missing_attributes_is_named_and_all_is_enough() -> None:
     described = _described()
     projection = _index(described, INDEX_BY_TENANT)["Projection"]
-    projection["NonKeyAttributes"] = [a for a in projection["NonKeyAttributes"] if a != "status"]
+    projection["NonKeyAttributes"] = [a for a in projection["NonKeyAttributes"] if a != "task"]
     _index(described, INDEX_ALL_JOBS)["Projection"] = {"ProjectionType": "ALL"}
 
     assert table_disagreements(described, TTL_ON) == [
-        f"table app: index {INDEX_BY_TENANT} does not project status; it should"
+        f"table app: index {INDEX_BY_TENANT} does not project task; it should"
     ]
 
 

@@ -173,7 +173,8 @@ def job_update_values(job: Job) -> dict[str, Any]:
 
 
 def job_item(job: Job) -> Item:
-    """Every attribute of a new job's item, its index keys with them."""
+    """Every attribute of a new job's item but its input (input_item), its index keys
+    with them."""
     values = job_update_values(job)
     values.update(
         {
@@ -185,7 +186,6 @@ def job_item(job: Job) -> Item:
             "request_hash": job.request_hash,
             "task": job.task,
             "model": job.model,
-            "input": dump_json(job.input),
             "metadata": None if job.metadata is None else dump_json(job.metadata),
             "payload_version": job.payload_version,
             "traceparent": job.traceparent,
@@ -198,6 +198,14 @@ def job_item(job: Job) -> Item:
         }
     )
     return attributes(values)
+
+
+def input_item(job: Job) -> Item:
+    """A new job's input, in an item of its own beside the job's (layout.py): written
+    once, so the job item every change rewrites stays small however long the prompt."""
+    return attributes(
+        {"pk": layout.job_pk(job.job_id), "sk": layout.INPUT_SK, "input": dump_json(job.input)}
+    )
 
 
 def _error(item: Item) -> JobError | None:
@@ -214,13 +222,14 @@ def _shared(text: str | None) -> str | None:
     return None if text is None else sys.intern(text)
 
 
-def job_from_item(item: Item) -> Job:
+def job_from_items(item: Item, stored_input: Item) -> Job:
+    """A job from its item and its input's item (input_item)."""
     return Job(
         tenant_id=sys.intern(_str(item, "tenant_id")),
         job_id=_str(item, "job_id"),
         task=sys.intern(_str(item, "task")),
         model=sys.intern(_str(item, "model")),
-        input=_json(item, "input"),
+        input=_json(stored_input, "input"),
         request_hash=_str(item, "request_hash"),
         created_at=float(item["created_at"]["N"]),
         updated_at=float(item["updated_at"]["N"]),

@@ -7,7 +7,8 @@ the job store (adapters/aws/store.py) is the only writer of the items below.
 
 Item kinds (pk / sk):
 
-- a job: ``job#<job_id>`` / ``job``; its events ``event#<seq:010d>`` and attempts
+- a job: ``job#<job_id>`` / ``job``; its input ``input`` (written once, apart, so the
+  job item each change rewrites stays small: a write costs a unit per KB); its events ``event#<seq:010d>`` and attempts
   ``attempt#<attempt_id>`` under the same pk, so one Query reads a job's history and
   a change names an attempt it closes by the id the change carries;
 - an idempotency entry: ``idem#<tenant>#<key>`` / ``idem``, with TTL;
@@ -57,12 +58,13 @@ ATTEMPT_DAY_SHARDS = 8
 COUNTER_SHARDS = 8
 
 JOB_SK = "job"
+INPUT_SK = "input"
 IDEM_SK = "idem"
 EVENT_PREFIX = "event#"
 ATTEMPT_PREFIX = "attempt#"
 
-# What a list of jobs reads (ports/store.py's JobSummary), never a job's input; with
-# error_code, which lists filter on.
+# What a list of jobs reads of each job's item (ports/store.py's JobSummary), never its
+# input; with error_code, which lists filter on.
 SUMMARY_ATTRIBUTES = (
     "tenant_id",
     "job_id",
@@ -112,9 +114,13 @@ _KEYS = {
     INDEX_SWEEP: ("spk", "ssk"),
     INDEX_ATTEMPTS: ("dpk", "dsk"),
 }
+# What the list indexes hold besides their keys: only what never changes after a job is
+# stored, so no change to a job rewrites its entries there (an index entry written is a
+# write unit); a list reads the summaries from the jobs' own items (store_listing.py).
+LIST_INDEX_ATTRIBUTES = ("job_id", "task")
 _PROJECTIONS: dict[str, dict[str, Any]] = {
-    INDEX_BY_TENANT: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(SUMMARY_ATTRIBUTES)},
-    INDEX_ALL_JOBS: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(SUMMARY_ATTRIBUTES)},
+    INDEX_BY_TENANT: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(LIST_INDEX_ATTRIBUTES)},
+    INDEX_ALL_JOBS: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(LIST_INDEX_ATTRIBUTES)},
     INDEX_SWEEP: {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(SWEEP_ATTRIBUTES)},
     INDEX_ATTEMPTS: {
         "ProjectionType": "INCLUDE",

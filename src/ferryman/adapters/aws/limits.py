@@ -223,6 +223,13 @@ class DynamoSharedLimits:
                 )
                 version = read_int(item, "version") or 0
             cluster = next_cluster(current, report, members=members, joined=joined)
+            share = ProviderShare(
+                window=cluster.window, rate=cluster.rate, epoch=cluster.epoch, members=members
+            )
+            if cluster == current:
+                # Nothing moved (the steady state): a report is then only a read, and
+                # saves the write unit each process would spend on it every second.
+                return share
             written: Item = {
                 **self._key(pk, PROVIDER_SK),
                 "window_calls": number(cluster.window),
@@ -231,9 +238,7 @@ class DynamoSharedLimits:
             }
             optional(written, "rate", cluster.rate)
             if await self._put_if_version(written, version):
-                return ProviderShare(
-                    window=cluster.window, rate=cluster.rate, epoch=cluster.epoch, members=members
-                )
+                return share
             await back_off(attempt)
         raise StoreUnavailableError(
             "dynamodb: the shared provider limit kept colliding with other processes' reports"

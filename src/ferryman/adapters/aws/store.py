@@ -27,12 +27,17 @@ from ferryman.adapters.aws.errors import translate_errors
 from ferryman.adapters.aws.job_items import (
     attempt_from_item,
     event_from_item,
-    job_from_item,
+    job_from_items,
     value_of,
 )
 from ferryman.adapters.aws.store_changes import change_ops
 from ferryman.adapters.aws.store_intake import MAX_ATOMIC_BATCH, MAX_JOB_BYTES, create_many
-from ferryman.adapters.aws.store_listing import Filters, list_jobs, list_named_jobs
+from ferryman.adapters.aws.store_listing import (
+    Filters,
+    list_jobs,
+    list_named_jobs,
+    summary_items,
+)
 from ferryman.adapters.aws.store_reads import batch_get, query_all
 from ferryman.adapters.aws.store_upkeep import (
     finished_ids,
@@ -145,33 +150,41 @@ class DynamoJobStore:
     # --- reads ----------------------------------------------------------------
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
-        with translate_errors("dynamodb"):
-            response = await self._clients.dynamodb.get_item(
-                TableName=self._table,
-                Key=key(layout.job_pk(job_id), layout.JOB_SK),
-                ConsistentRead=True,
-            )
-        item = response.get("Item")
-        if item is None:
-            return None
-        job = job_from_item(item)
-        if tenant_id is not None and job.tenant_id != tenant_id:
+        # The job's item and its input's: one Query, their sort keys side by side.
+        items = await query_all(
+            self._clients.dynamodb,
+            {
+                "TableName": self._table,
+                "KeyConditionExpression": "pk = :p AND sk BETWEEN :input AND :job",
+                "ExpressionAttributeValues": {
+                    ":p": {"S": layout.job_pk(job_id)},
+                    ":input": {"S": layout.INPUT_SK},
+                    ":job": {"S": layout.JOB_SK},
+                },
+                "ConsistentRead": True,
+            },
+        )
+        jobs = _jobs_from(items)
+        job = jobs.get(job_id)
+        if job is None or (tenant_id is not None and job.tenant_id != tenant_id):
             return None
         return job
 
     async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
-        items = await self._get_items(job_ids)
-        jobs = (job_from_item(item) for item in items)
-        return {job.job_id: job for job in jobs}
+        keys = [
+            key(layout.job_pk(job_id), sk)
+            for job_id in set(job_ids)
+            for sk in (layout.JOB_SK, layout.INPUT_SK)
+        ]
+        if not keys:
+            return {}
+        return _jobs_from(await batch_get(self._clients.dynamodb, self._table, keys))
 
-    async def _get_items(
-        self, job_ids: Collection[str], projection: Sequence[str] | None = None
-    ) -> list[Item]:
+    async def _get_items(self, job_ids: Collection[str], projection: Sequence[str]) -> list[Item]:
+        """The named attributes of the jobs' items that exist (never their input)."""
         if not job_ids:
             return []
         keys = [key(layout.job_pk(job_id), layout.JOB_SK) for job_id in set(job_ids)]
-        if projection is None:
-            return await batch_get(self._clients.dynamodb, self._table, keys)
         names = {f"#p{i}": attribute for i, attribute in enumerate(projection)}
         return await batch_get(
             self._clients.dynamodb,
@@ -195,7 +208,7 @@ class DynamoJobStore:
     ) -> JobPage:
         filters = Filters(status=status, task=task, error_code=error_code)
         if job_ids is not None:
-            items = await self._get_items(job_ids, layout.SUMMARY_ATTRIBUTES)
+            items = await summary_items(self._clients.dynamodb, self._table, job_ids)
             return await list_named_jobs(
                 items,
                 tenant_id=tenant_id,
@@ -307,3 +320,18 @@ class DynamoJobStore:
 
     async def purge_expired_keys(self, *, now: float, limit: int) -> int:
         return await purge_expired_keys(self._clients, self._table, now=now, limit=limit)
+
+
+def _jobs_from(items: Collection[Item]) -> dict[str, Job]:
+    """The jobs among job and input items (any order), by id: a job is there when both
+    its items are (one transaction writes them, and one deletes them)."""
+    jobs: dict[str, Item] = {}
+    inputs: dict[str, Item] = {}
+    for item in items:
+        kind = jobs if item["sk"]["S"] == layout.JOB_SK else inputs
+        kind[item["pk"]["S"]] = item
+    return {
+        item["job_id"]["S"]: job_from_items(item, inputs[pk])
+        for pk, item in jobs.items()
+        if pk in inputs
+    }

@@ -27,6 +27,7 @@ from ferryman.adapters.aws.job_items import (
     attributes,
     ending_values,
     event_item,
+    input_item,
     job_item,
     job_update_values,
     number,
@@ -133,8 +134,11 @@ def change_ops(
 
 
 def new_job_ops(table: str, change: Change) -> list[dict[str, Any]]:
-    """A new job's Put (only where no job has its id) and its events' Puts."""
-    ops = [put(table, job_item(change.after), condition="attribute_not_exists(pk)")]
+    """A new job's Put (only where no job has its id), its input's and its events'."""
+    ops = [
+        put(table, job_item(change.after), condition="attribute_not_exists(pk)"),
+        put(table, input_item(change.after)),
+    ]
     ops.extend(put(table, event_item(event)) for event in change.events)
     return ops
 

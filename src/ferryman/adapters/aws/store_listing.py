@@ -3,15 +3,18 @@
 A tenant's list is one partition of ``by_tenant``; every tenant's list is the
 ALL_JOBS_SHARDS partitions of ``all_jobs``, each read newest first and merged by job
 id (a ULID, so the merge is newest first across them). Each partition is read a page
-of ``limit + 1`` items at a time (and at most 1 MB, DynamoDB's page), and only as far
+of ``limit + 1`` entries at a time (and at most 1 MB, DynamoDB's page), and only as far
 as the merge needs: a list holds at most one such page per partition in memory, and
-stops reading where the page ends (its limit, or its byte budget). The filters
-(status, task, error code) are the Query's FilterExpression. The indexes project only
-what a summary holds, so a list never reads a job's input.
+stops reading where the page ends (its limit, or its byte budget).
 
-Lists read an index, which DynamoDB keeps eventually consistent with the table: a job
-written a moment ago may be missing from a list for that moment (get() reads the
-table itself, strongly consistent).
+The indexes hold only what never changes (the keys, the job id and the task), so a
+change to a job writes no list entry: each page's summaries are read from the jobs' own
+items (BatchGetItem, consistent, projected to the summary: never the input), where the
+status and error code filters apply; the task filter is the index Query's own. Reads
+cost a fifth of writes, and a job is written several times for each time it is listed.
+
+The index itself is kept eventually consistent with the table: a job written a moment
+ago may be missing from a list for that moment (get() reads the table itself).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from ferryman.adapters.aws import layout
 from ferryman.adapters.aws.errors import translate_errors
 from ferryman.adapters.aws.job_items import listed_bytes, summary_from_item
-from ferryman.adapters.aws.store_writes import Expression
+from ferryman.adapters.aws.store_reads import batch_get
+from ferryman.adapters.aws.store_writes import Expression, key
 from ferryman.core.cursors import cursor_after, position_of
 from ferryman.ports.store import LIST_ITEM_BYTES, JobPage, JobSummary
 
@@ -42,16 +46,11 @@ class Filters:
     task: str | None = None
     error_code: str | None = None
 
-    def expression(self, expression: Expression) -> str | None:
-        parts = []
-        for attribute, wanted in (
-            ("status", None if self.status is None else str(self.status)),
-            ("task", self.task),
-            ("error_code", self.error_code),
-        ):
-            if wanted is not None:
-                parts.append(f"{expression.name(attribute)} = {expression.value({'S': wanted})}")
-        return " AND ".join(parts) or None
+    def index_expression(self, expression: Expression) -> str | None:
+        """The part of the filter a list index can apply (it holds the task)."""
+        if self.task is None:
+            return None
+        return f"{expression.name('task')} = {expression.value({'S': self.task})}"
 
     def match(self, item: Item) -> bool:
         def has(attribute: str, wanted: str | None) -> bool:
@@ -64,26 +63,39 @@ class Filters:
         )
 
 
+async def summary_items(dynamodb: Any, table: str, job_ids: Iterable[str]) -> list[Item]:
+    """The summary attributes of the named jobs' items that exist (any order)."""
+    keys = [key(layout.job_pk(job_id), layout.JOB_SK) for job_id in set(job_ids)]
+    if not keys:
+        return []
+    names = {f"#p{i}": attribute for i, attribute in enumerate(layout.SUMMARY_ATTRIBUTES)}
+    return await batch_get(dynamodb, table, keys, projection=", ".join(names), names=names)
+
+
 @dataclass(slots=True)
 class _Partition:
     """One index partition read newest first, a page at a time."""
 
     query: dict[str, Any]
+    filters: Filters
     buffer: deque[Item] = field(default_factory=deque)
     start: dict[str, Any] | None = None
     done: bool = False
 
     async def fill(self, clients: AwsClients) -> None:
-        """Read pages until one item is buffered or the partition is read out."""
+        """Read pages until one summary is buffered or the partition is read out."""
         while not self.buffer and not self.done:
             arguments = dict(self.query)
             if self.start is not None:
                 arguments["ExclusiveStartKey"] = self.start
             with translate_errors("dynamodb"):
                 response = await clients.dynamodb.query(**arguments)
-            self.buffer.extend(response.get("Items", []))
             self.start = response.get("LastEvaluatedKey")
             self.done = self.start is None
+            ids = [entry["job_id"]["S"] for entry in response.get("Items", [])]
+            found = await summary_items(clients.dynamodb, self.query["TableName"], ids)
+            kept = [item for item in found if self.filters.match(item)]
+            self.buffer.extend(sorted(kept, key=lambda i: i["job_id"]["S"], reverse=True))
 
 
 def _partitions(
@@ -109,11 +121,11 @@ def _partitions(
             "ScanIndexForward": False,
             "Limit": page,
         }
-        filtered = filters.expression(expression)
+        filtered = filters.index_expression(expression)
         if filtered is not None:
             query["FilterExpression"] = filtered
         query.update(expression.arguments())
-        out.append(_Partition(query))
+        out.append(_Partition(query, filters))
     return out
 
 

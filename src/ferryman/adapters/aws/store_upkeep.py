@@ -187,7 +187,12 @@ async def purge_job(clients: AwsClients, table: str, job_id: str, completed_befo
         entry_op = await _entry_delete(clients, table, tenant, job["idempotency_key"]["S"], job_id)
         if entry_op is not None:
             ops.append(entry_op)
-    history = [{"pk": i["pk"], "sk": i["sk"]} for i in collection if i["sk"]["S"] != layout.JOB_SK]
+    # The input's item goes with the job's in the transaction; events and attempts past
+    # its 100 items follow it (a job is never read without its input).
+    history = sorted(
+        ({"pk": i["pk"], "sk": i["sk"]} for i in collection if i["sk"]["S"] != layout.JOB_SK),
+        key=lambda k: k["sk"]["S"] != layout.INPUT_SK,
+    )
     room = MAX_TRANSACTION_ITEMS - len(ops)
     ops.extend({"Delete": {"TableName": table, "Key": k}} for k in history[:room])
     try:
