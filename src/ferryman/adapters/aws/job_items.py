@@ -19,6 +19,7 @@ field holds:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -26,7 +27,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.aws import layout
-from ferryman.adapters.job_rows import dump_json, error_json, load_json
+from ferryman.adapters.job_rows import dump_json, job_params, job_update_params, load_json
 from ferryman.core.errors import FailureClass
 from ferryman.core.job import (
     Attempt,
@@ -142,55 +143,30 @@ def sweep_keys(job: Job) -> tuple[str, str] | None:
 
 
 def job_update_values(job: Job) -> dict[str, Any]:
-    """The attributes a change may move, None for those it removes: a job's input,
-    metadata, task and model never change after it is stored, so no update writes
-    them again (as adapters/job_rows.py's job_update_params for the SQL engines)."""
+    """The attributes a change may move, None for those it removes: the SQL engines'
+    update columns (adapters/job_rows.py: a job's input, metadata, task and model never
+    change after it is stored, so no update writes them again), the error code lists
+    filter on, and the job's place in the sweep index."""
+    values = job_update_params(job)
+    del values["job_id"]  # the item's key
     sweep = sweep_keys(job)
-    return {
-        "status": str(job.status),
-        "dispatch_state": str(job.dispatch_state),
-        "attempt_count": job.attempt_count,
-        "failure_count": job.failure_count,
-        "invalid_output_count": job.invalid_output_count,
-        "fence": job.fence,
-        "attempt_id": job.attempt_id,
-        "worker_id": job.worker_id,
-        "lease_until": job.lease_until,
-        "not_before": job.not_before,
-        "cancel_requested": job.cancel_requested,
-        "result_ref": job.result_ref,
-        "error": error_json(job.error),
-        "error_code": None if job.error is None else job.error.code,
-        "updated_at": job.updated_at,
-        "completed_at": job.completed_at,
-        "revision": job.revision,
-        "event_seq": job.event_seq,
-        "deliveries_without_outcome": job.deliveries_without_outcome,
-        "fallback_level": job.fallback_level,
-        "spk": None if sweep is None else sweep[0],
-        "ssk": None if sweep is None else sweep[1],
-    }
+    values["error_code"] = None if job.error is None else job.error.code
+    values["spk"] = None if sweep is None else sweep[0]
+    values["ssk"] = None if sweep is None else sweep[1]
+    return values
 
 
 def job_item(job: Job) -> Item:
-    """Every attribute of a new job's item but its input (input_item), its index keys
-    with them."""
-    values = job_update_values(job)
+    """Every attribute of a new job's item, as the SQL engines' row (adapters/job_rows.py)
+    but its input (input_item), with the error code and its index keys."""
+    # The input is input_item's: not encoded here too (a prompt may be 350 KB).
+    values = job_params(dataclasses.replace(job, input={}))
+    del values["input"]
+    values.update(job_update_values(job))
     values.update(
         {
             "pk": layout.job_pk(job.job_id),
             "sk": layout.JOB_SK,
-            "job_id": job.job_id,
-            "tenant_id": job.tenant_id,
-            "idempotency_key": job.idempotency_key,
-            "request_hash": job.request_hash,
-            "task": job.task,
-            "model": job.model,
-            "metadata": None if job.metadata is None else dump_json(job.metadata),
-            "payload_version": job.payload_version,
-            "traceparent": job.traceparent,
-            "correlation_id": job.correlation_id,
-            "created_at": job.created_at,
             "tpk": layout.tenant_partition(job.tenant_id),
             "tsk": job.job_id,
             "apk": layout.all_jobs_partition(layout.shard_of(job.job_id, layout.ALL_JOBS_SHARDS)),
