@@ -277,7 +277,7 @@ def test_the_engine_is_opened_once_per_container(
         opened.append(settings.database_url)
         return real_open(settings, **kwargs)
 
-    monkeypatch.setattr("ferryman.aws_lambda.container.open_runtime", counting_open)
+    monkeypatch.setattr("ferryman.aws_lambda.warm.open_runtime", counting_open)
     for prompt in ("a", "b", "c"):
         (delivery,) = site.submit({"prompt": prompt})
         assert invoke(sqs_event([facts_of(delivery)])) == set()

@@ -14,10 +14,8 @@ is not known to be free to go.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -27,8 +25,8 @@ from ferryman.aws_lambda.event_source import EventSourceLedger, EventSourceQueue
 from ferryman.aws_lambda.records import SqsEvent, parse_event
 from ferryman.aws_lambda.warm import WarmContainer
 from ferryman.config import load_settings
-from ferryman.observability.logging import configure_logging, describe_exception, flush_logs
-from ferryman.wiring import check_results_location, open_runtime, worker_timeouts
+from ferryman.observability.logging import describe_exception, flush_logs
+from ferryman.wiring import worker_timeouts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,23 +77,13 @@ class Container(WarmContainer):
     async def _opened(self) -> BatchRunner:
         if self._runner is not None:
             return self._runner
-        settings = self._settings()
-        if not self._logging_configured:
-            configure_logging(settings.log.level, settings.log.json_lines)
-            self._logging_configured = True
-        await asyncio.to_thread(check_results_location, settings)
-        stack = AsyncExitStack()
-        try:
-            # As `ferryman worker`: it calls models, and never creates a database.
-            runtime = await stack.enter_async_context(
-                open_runtime(settings, create=False, call_models=True)
-            )
+
+        async def build(runtime: Runtime) -> BatchRunner:
             await runtime.prepare_storage()
-            runner = batch_runner(runtime)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack, self._runner = stack, runner
+            return batch_runner(runtime)
+
+        # As `ferryman worker`: it calls models.
+        runner = self._runner = await self._open(call_models=True, build=build)
         log.info("lambda.opened", needed_seconds=runner.needed_seconds)
         return runner
 

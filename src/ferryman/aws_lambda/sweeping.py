@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,14 +34,14 @@ import structlog
 
 from ferryman.aws_lambda.warm import WarmContainer
 from ferryman.config import load_settings
-from ferryman.observability.logging import configure_logging, describe_exception, flush_logs
-from ferryman.wiring import check_results_location, open_runtime
+from ferryman.observability.logging import describe_exception, flush_logs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ferryman.config import Settings
     from ferryman.services.sweeper import Sweeper, SweepReport
+    from ferryman.wiring import Runtime
 
 log = structlog.get_logger("ferryman.lambda")
 
@@ -132,23 +131,13 @@ class SweepContainer(WarmContainer):
     async def _opened(self) -> Sweeper:
         if self._sweeper is not None:
             return self._sweeper
-        settings = self._settings()
-        if not self._logging_configured:
-            configure_logging(settings.log.level, settings.log.json_lines)
-            self._logging_configured = True
-        await asyncio.to_thread(check_results_location, settings)
-        stack = AsyncExitStack()
-        try:
-            # It calls no model, and never creates a database.
-            runtime = await stack.enter_async_context(
-                open_runtime(settings, create=False, call_models=False)
-            )
-            sweeper = runtime.new_sweeper()
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack, self._sweeper = stack, sweeper
-        self._interval_seconds = settings.sweeper.interval_seconds
+
+        async def build(runtime: Runtime) -> Sweeper:
+            self._interval_seconds = runtime.settings.sweeper.interval_seconds
+            return runtime.new_sweeper()
+
+        # It calls no model.
+        sweeper = self._sweeper = await self._open(call_models=False, build=build)
         log.info("lambda.sweeper_opened", interval_seconds=self._interval_seconds)
         return sweeper
 

@@ -9,13 +9,19 @@ sweeper's (sweeping.py) containers share this part.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, TypeVar
+
+from ferryman.observability.logging import configure_logging
+from ferryman.wiring import check_results_location, open_runtime
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from contextlib import AsyncExitStack
+    from collections.abc import Awaitable, Callable
 
     from ferryman.config import Settings
+    from ferryman.wiring import Runtime
+
+Built = TypeVar("Built")
 
 
 class WarmContainer:
@@ -48,3 +54,26 @@ class WarmContainer:
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+    async def _open(
+        self, *, call_models: bool, build: Callable[[Runtime], Awaitable[Built]]
+    ) -> Built:
+        """Open the engine from the settings as its process would (never creating a
+        database), and ``build`` on it what the function keeps; an open or a build that
+        fails leaves nothing open, so the next invocation tries again."""
+        settings = self._settings()
+        if not self._logging_configured:
+            configure_logging(settings.log.level, settings.log.json_lines)
+            self._logging_configured = True
+        await asyncio.to_thread(check_results_location, settings)
+        stack = AsyncExitStack()
+        try:
+            runtime = await stack.enter_async_context(
+                open_runtime(settings, create=False, call_models=call_models)
+            )
+            built = await build(runtime)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return built

@@ -19,7 +19,7 @@ import pytest
 from ferryman import aws_lambda
 from ferryman.adapters.aws.clients import open_clients
 from ferryman.adapters.aws.location import parse_aws_url
-from ferryman.aws_lambda import sweeping
+from ferryman.aws_lambda import sweeping, warm
 from ferryman.config import Settings, load_settings
 from ferryman.core.clock import FakeClock
 from ferryman.core.errors import StoreUnavailableError
@@ -248,7 +248,7 @@ def test_too_little_time_runs_no_round_and_opens_nothing(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[str] = []
-    monkeypatch.setattr(sweeping, "open_runtime", lambda settings, **_: opened.append("opened"))
+    monkeypatch.setattr(warm, "open_runtime", lambda settings, **_: opened.append("opened"))
     summary = sweep(FakeContext(remaining_ms=MARGIN_MS - 1))
     assert summary == dict.fromkeys(summary, 0)
     assert opened == []
@@ -290,7 +290,7 @@ def test_the_engine_is_opened_once_per_container(
         opened.append(settings.database_url)
         return real_open(settings, **kwargs)
 
-    monkeypatch.setattr(sweeping, "open_runtime", counting_open)
+    monkeypatch.setattr(warm, "open_runtime", counting_open)
     for _ in range(3):
         assert sweep(FakeContext(remaining_ms=ONE_ROUND_MS))["rounds"] == 1
     assert opened == [site.url]
