@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ferryman.adapters.aws import layout
+from ferryman.adapters.aws import layout, store_upkeep
 from ferryman.adapters.aws.clients import open_clients
 from ferryman.adapters.aws.location import parse_aws_url
 from ferryman.adapters.aws.store import DynamoJobStore
@@ -146,15 +146,26 @@ async def test_create_stores_the_job_exactly_with_its_accepted_event(stack: Stac
     assert stack.port.enqueues_with_job is False
 
 
+async def _raw_items_of(stack: Stack, pk: str) -> dict[str, dict[str, Any]]:
+    """The table's items under a partition key, by sort key."""
+    items: dict[str, dict[str, Any]] = {}
+    query: dict[str, Any] = {
+        "TableName": stack.port._table,
+        "KeyConditionExpression": "pk = :p",
+        "ExpressionAttributeValues": {":p": {"S": pk}},
+        "ConsistentRead": True,
+    }
+    while True:
+        response = await stack.port._clients.dynamodb.query(**query)
+        items.update((item["sk"]["S"], item) for item in response["Items"])
+        if "LastEvaluatedKey" not in response:
+            return items
+        query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
 async def _raw_items(stack: Stack, job_id: str) -> dict[str, dict[str, Any]]:
     """The table's items under a job's partition key, by sort key."""
-    response = await stack.port._clients.dynamodb.query(
-        TableName=stack.port._table,
-        KeyConditionExpression="pk = :p",
-        ExpressionAttributeValues={":p": {"S": layout.job_pk(job_id)}},
-        ConsistentRead=True,
-    )
-    return {item["sk"]["S"]: item for item in response["Items"]}
+    return await _raw_items_of(stack, layout.job_pk(job_id))
 
 
 async def test_the_input_has_an_item_of_its_own_so_changes_rewrite_a_small_one(
@@ -685,6 +696,61 @@ async def test_purge_finished_deletes_old_jobs_whole_oldest_first(stack: Stack) 
     again = await stack.accept(stack.job(idempotency_key="k0"))  # its key went with it
     assert again.created is True
     assert await stack.store.purge_finished(completed_before=stack.now(), limit=0) == []
+
+
+async def _long_history(stack: Stack, job_id: str, events: int) -> None:
+    """``events`` more event items under the job (a history over one transaction's room)."""
+    for start in range(0, events, 25):
+        await stack.port._clients.dynamodb.batch_write_item(
+            RequestItems={
+                stack.port._table: [
+                    {
+                        "PutRequest": {
+                            "Item": {
+                                "pk": {"S": layout.job_pk(job_id)},
+                                "sk": {"S": layout.event_sk(1_000 + n)},
+                            }
+                        }
+                    }
+                    for n in range(start, min(events, start + 25))
+                ]
+            }
+        )
+
+
+async def test_a_purge_of_a_long_history_deletes_it_whole(stack: Stack) -> None:
+    job_id = await stack.finished()
+    await _long_history(stack, job_id, 150)
+    stack.clock.advance(100)
+
+    assert await stack.store.purge_finished(completed_before=stack.now(), limit=10) == [job_id]
+
+    assert await _raw_items(stack, job_id) == {}
+    assert await _raw_items_of(stack, layout.PURGING_PK) == {}
+
+
+async def test_a_purge_stopped_after_its_transaction_is_finished_by_the_next(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = await stack.finished()
+    await _long_history(stack, job_id, 150)
+    stack.clock.advance(100)
+
+    async def killed(*_: Any) -> None:
+        raise StoreUnavailableError("the process stopped here")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store_upkeep, "_delete_keys", killed)
+        with pytest.raises(StoreUnavailableError):
+            await stack.store.purge_finished(completed_before=stack.now(), limit=10)
+    assert await stack.store.get(job_id) is None  # the transaction was made
+    assert len(await _raw_items(stack, job_id)) > 0  # and the rest was left
+    assert list(await _raw_items_of(stack, layout.PURGING_PK)) == [job_id]
+
+    assert await stack.store.purge_finished(completed_before=stack.now(), limit=10) == []
+
+    assert await _raw_items(stack, job_id) == {}
+    assert await _raw_items_of(stack, layout.PURGING_PK) == {}
 
 
 async def test_purge_expired_keys_deletes_only_expired_entries(stack: Stack) -> None:

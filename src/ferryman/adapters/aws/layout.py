@@ -15,6 +15,9 @@ Item kinds (pk / sk):
 - the per-tenant counters, sharded so no single item takes a tenant's every write:
   ``usage#<tenant>`` / ``shard#<n>``;
 - the readiness probe's item: ``probe`` / ``probe``;
+- a purge marker: ``purging`` / ``<job_id>``, written in the transaction that deletes
+  a job whose history is over one transaction's room, deleted once the rest is gone
+  (store_upkeep.py: a purge stopped in between is finished by the next);
 - API keys, operator switches, the audit log, shared limits: see their modules.
 
 Indexes (every one sparse: an item is in an index only while it has that index's keys):
@@ -59,6 +62,7 @@ COUNTER_SHARDS = 8
 
 JOB_SK = "job"
 INPUT_SK = "input"
+PURGING_PK = "purging"
 IDEM_SK = "idem"
 EVENT_PREFIX = "event#"
 ATTEMPT_PREFIX = "attempt#"

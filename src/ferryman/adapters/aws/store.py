@@ -40,6 +40,7 @@ from ferryman.adapters.aws.store_listing import (
 )
 from ferryman.adapters.aws.store_reads import batch_get, query_all
 from ferryman.adapters.aws.store_upkeep import (
+    finish_stopped_purges,
     finished_ids,
     is_stalled,
     purge_expired_keys,
@@ -309,6 +310,7 @@ class DynamoJobStore:
         entry, its count) in its own transaction."""
         if limit <= 0:
             return []
+        await finish_stopped_purges(self._clients, self._table)
         ids = await finished_ids(
             self._clients, self._table, completed_before=completed_before, limit=limit
         )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.aws import layout
+from ferryman.adapters.aws.cancellation import MAX_ATTEMPTS, back_off
 from ferryman.adapters.aws.errors import error_code, translate_errors
 from ferryman.adapters.aws.job_items import number
 from ferryman.adapters.aws.store_changes import counter_update
@@ -26,6 +27,7 @@ from ferryman.adapters.aws.store_writes import (
     key,
     transact,
 )
+from ferryman.core.errors import StoreUnavailableError
 from ferryman.core.job import WAITING_STATUSES, DispatchState, JobStatus
 
 if TYPE_CHECKING:
@@ -146,7 +148,8 @@ async def purge_job(clients: AwsClients, table: str, job_id: str, completed_befo
     """Delete a finished job's item collection, its idempotency entry and its count, in
     one transaction conditioned on the job being as read (a replay meanwhile keeps it).
     History beyond one transaction's room (a job of over ~95 events and attempts) is
-    deleted right after it, by BatchWriteItem. False when the job moved or is gone."""
+    deleted right after it, by BatchWriteItem, under a purge marker the transaction
+    writes (finish_stopped_purges). False when the job moved or is gone."""
     expression = Expression()
     collection = await query_all(
         clients.dynamodb,
@@ -188,19 +191,62 @@ async def purge_job(clients: AwsClients, table: str, job_id: str, completed_befo
         if entry_op is not None:
             ops.append(entry_op)
     # The input's item goes with the job's in the transaction; events and attempts past
-    # its 100 items follow it (a job is never read without its input).
+    # its 100 items follow it (a job is never read without its input), and a marker
+    # written in the transaction names the job until they are gone: a purge stopped in
+    # between (a process killed, an outage) is finished by the next.
     history = sorted(
         ({"pk": i["pk"], "sk": i["sk"]} for i in collection if i["sk"]["S"] != layout.JOB_SK),
         key=lambda k: k["sk"]["S"] != layout.INPUT_SK,
     )
     room = MAX_TRANSACTION_ITEMS - len(ops)
+    rest: list[dict[str, Any]] = []
+    if len(history) > room:
+        room -= 1
+        rest = history[room:]
+        ops.append({"Put": {"TableName": table, "Item": _marker_key(job_id)}})
     ops.extend({"Delete": {"TableName": table, "Key": k}} for k in history[:room])
     try:
         await transact(clients, ops)
     except TransactionCancelled:
         return False
-    await _delete_keys(clients, table, history[room:])
+    if rest:
+        await _delete_keys(clients, table, rest)
+        await _delete_keys(clients, table, [_marker_key(job_id)])
     return True
+
+
+def _marker_key(job_id: str) -> dict[str, Any]:
+    """The purge marker's key, which is all the item holds."""
+    return key(layout.PURGING_PK, job_id)
+
+
+async def finish_stopped_purges(clients: AwsClients, table: str) -> int:
+    """Delete what purges stopped after their transaction left behind (layout.py's
+    purge markers): each such job's remaining items, then its marker; how many jobs."""
+    markers = await query_all(
+        clients.dynamodb,
+        {
+            "TableName": table,
+            "KeyConditionExpression": "pk = :p",
+            "ExpressionAttributeValues": {":p": {"S": layout.PURGING_PK}},
+            "ConsistentRead": True,
+        },
+    )
+    for marker in markers:
+        job_id = marker["sk"]["S"]
+        left = await query_all(
+            clients.dynamodb,
+            {
+                "TableName": table,
+                "KeyConditionExpression": "pk = :p",
+                "ExpressionAttributeValues": {":p": {"S": layout.job_pk(job_id)}},
+                "ProjectionExpression": "pk, sk",
+                "ConsistentRead": True,
+            },
+        )
+        await _delete_keys(clients, table, [{"pk": i["pk"], "sk": i["sk"]} for i in left])
+        await _delete_keys(clients, table, [_marker_key(job_id)])
+    return len(markers)
 
 
 def _purgeable(job: Item, completed_before: float) -> bool:
@@ -235,10 +281,16 @@ async def _entry_delete(
 async def _delete_keys(clients: AwsClients, table: str, keys: list[dict[str, Any]]) -> None:
     for start in range(0, len(keys), BATCH_WRITE_ITEMS):
         requests = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + BATCH_WRITE_ITEMS]]
-        while requests:
+        for attempt in range(MAX_ATTEMPTS):
             with translate_errors("dynamodb"):
                 response = await clients.dynamodb.batch_write_item(RequestItems={table: requests})
+            # What the table had no capacity for now comes back: send it again.
             requests = response.get("UnprocessedItems", {}).get(table, [])
+            if not requests:
+                break
+            await back_off(attempt)
+        else:
+            raise StoreUnavailableError("dynamodb: a purge's deletes kept being left unprocessed")
 
 
 async def purge_expired_keys(clients: AwsClients, table: str, *, now: float, limit: int) -> int:
