@@ -458,7 +458,7 @@ class Intake:
         PENDING job; a second message is harmless because the job id is the identity.
         """
         await self._queue.send(QueueMessage.for_job(job))
-        await self._ledger.mark_dispatched(job.job_id, now=self._clock.now())
+        await self._ledger.mark_dispatched(job.job_id, now=self._clock.now(), known=job)
         return dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED)
 
 

@@ -185,11 +185,17 @@ class JobLedger:
                 self._observers.changed(change)
         return outcomes
 
-    async def mark_dispatched(self, job_id: str, *, now: float, redispatch: bool = False) -> None:
-        """Its message was (re)sent now. A job gone or finished meanwhile needs nothing."""
+    async def mark_dispatched(
+        self, job_id: str, *, now: float, redispatch: bool = False, known: Job | None = None
+    ) -> None:
+        """Its message was (re)sent now. A job gone or finished meanwhile needs nothing.
+        ``known``: the job as the caller last saw it stored (intake: as it created it),
+        tried first instead of a read; a job that moved since is read again."""
         try:
             await self._mutate(
-                job_id, lambda job: changes.mark_dispatched(job, now=now, redispatch=redispatch)
+                job_id,
+                lambda job: changes.mark_dispatched(job, now=now, redispatch=redispatch),
+                known=known,
             )
         except JobNotFoundError:
             return

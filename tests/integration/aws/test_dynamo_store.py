@@ -27,6 +27,7 @@ from ferryman.core.errors import (
 from ferryman.core.idempotency import request_fingerprint
 from ferryman.core.ids import new_attempt_id, new_correlation_id, new_job_id
 from ferryman.core.job import (
+    DEAD_LETTERED_CODE,
     AttemptOutcome,
     AttemptReport,
     DispatchState,
@@ -542,6 +543,50 @@ async def test_a_page_ends_before_the_job_that_would_take_it_over_its_budget(
     )
     assert _summary_ids(rest) == sorted(ids, reverse=True)[2:]
     assert rest.next_cursor is None
+
+
+async def test_the_dead_letter_list_reads_only_dead_letters_and_a_replay_leaves_it(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead_letter = JobError(
+        code=DEAD_LETTERED_CODE, failure_class=FailureClass.TRANSIENT, message="redriven"
+    )
+    for _ in range(5):
+        await stack.accept(stack.job())
+    other_failure = (await stack.accept(stack.job())).job.job_id
+    await stack.store.fail_unowned(
+        other_failure, now=stack.now(), error=TRANSIENT, kind=EventKind.FAILED, detail={}
+    )
+    dead = []
+    for tenant in ("t1", "t2"):
+        job_id = (await stack.accept(stack.job(tenant_id=tenant))).job.job_id
+        await stack.store.fail_unowned(
+            job_id, now=stack.now(), error=dead_letter, kind=EventKind.DEAD_LETTERED, detail={}
+        )
+        dead.append(job_id)
+    dynamodb = stack.port._clients.dynamodb
+    read: list[str] = []
+    batch_get_item = dynamodb.batch_get_item
+
+    async def counted(**kwargs: Any) -> Any:
+        for request in kwargs["RequestItems"].values():
+            read.extend(k["pk"]["S"].removeprefix("job#") for k in request["Keys"])
+        return await batch_get_item(**kwargs)
+
+    monkeypatch.setattr(dynamodb, "batch_get_item", counted)
+
+    page = await stack.store.list_jobs(
+        tenant_id=None, status=JobStatus.FAILED, error_code=DEAD_LETTERED_CODE
+    )
+
+    assert _summary_ids(page) == sorted(dead, reverse=True)
+    assert sorted(read) == sorted(dead)  # the other 7 jobs were never read
+    await stack.store.replay(dead[0], now=stack.now(), actor="ops", reason="r", include_failed=True)
+    again = await stack.store.list_jobs(
+        tenant_id=None, status=JobStatus.FAILED, error_code=DEAD_LETTERED_CODE
+    )
+    assert _summary_ids(again) == [dead[1]]
+    assert "lpk" not in (await _raw_items(stack, dead[0]))[layout.JOB_SK]
 
 
 # --- usage --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from ferryman.core.changes import Change
 from ferryman.core.errors import FailureClass, StateConflictError
 from ferryman.core.job import AttemptOutcome, AttemptReport, EventKind, Job, JobError, JobStatus
 from ferryman.ports.store import JobStore
+from ferryman.services.intake import SubmitRequest
 from ferryman.services.ledger import MAX_CONFLICTS, JobLedger
 
 T0 = 1_700_000_000.0
@@ -259,3 +260,58 @@ async def test_a_claim_of_a_busy_job_changes_nothing_and_says_so(store, world):
         None,
     )
     assert result.job == job == await ledger.get(job.job_id)
+
+
+def _counted_reads(port: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    reads: list[str] = []
+    get = port.get
+
+    async def counted(job_id: str, **kwargs: Any) -> Job | None:
+        reads.append(job_id)
+        return await get(job_id, **kwargs)
+
+    monkeypatch.setattr(port, "get", counted)
+    return reads
+
+
+async def _submit(world) -> Job:
+    submission = await world.intake.submit(
+        tenant_id="t1", request=SubmitRequest(task="generate", input={"prompt": "hello"})
+    )
+    return submission.job
+
+
+async def test_intake_marks_a_job_dispatched_as_it_created_it_without_reading_it(
+    make_world, monkeypatch
+):
+    world = make_world(outbox=True)  # an engine that cannot enqueue with the job
+    reads = _counted_reads(world.store.store, monkeypatch)
+
+    job = await _submit(world)
+
+    assert reads == []
+    kinds = [e.kind for e in await world.store.events(job.job_id)]
+    assert kinds == [EventKind.ACCEPTED, EventKind.DISPATCHED]
+
+
+async def test_a_job_that_moved_before_its_mark_is_read_again_and_marked(make_world, monkeypatch):
+    world = make_world(outbox=True)
+    port = world.store.store
+    reads = _counted_reads(port, monkeypatch)
+    apply = port.apply
+
+    async def rival_first(change: Change) -> bool:
+        if any(e.kind is EventKind.DISPATCHED for e in change.events) and not reads:
+            current = await port.get(change.job_id)  # counted: leave room for it below
+            assert current is not None
+            note = changes.note(current, EventKind.DUPLICATE_DELIVERY, now=T0, detail={})
+            assert note is not None and await apply(note)
+        return await apply(change)
+
+    monkeypatch.setattr(port, "apply", rival_first)
+
+    job = await _submit(world)
+
+    assert reads == [job.job_id, job.job_id]  # the rival's read, then the ledger's
+    kinds = [e.kind for e in await world.store.events(job.job_id)]
+    assert kinds == [EventKind.ACCEPTED, EventKind.DUPLICATE_DELIVERY, EventKind.DISPATCHED]

@@ -30,6 +30,7 @@ from ferryman.adapters.aws import layout
 from ferryman.adapters.job_rows import dump_json, job_params, job_update_params, load_json
 from ferryman.core.errors import FailureClass
 from ferryman.core.job import (
+    DEAD_LETTERED_CODE,
     Attempt,
     AttemptOutcome,
     DispatchState,
@@ -146,14 +147,23 @@ def job_update_values(job: Job) -> dict[str, Any]:
     """The attributes a change may move, None for those it removes: the SQL engines'
     update columns (adapters/job_rows.py: a job's input, metadata, task and model never
     change after it is stored, so no update writes them again), the error code lists
-    filter on, and the job's place in the sweep index."""
+    filter on, and the job's place in the sweep and dead-letter indexes."""
     values = job_update_params(job)
     del values["job_id"]  # the item's key
     sweep = sweep_keys(job)
     values["error_code"] = None if job.error is None else job.error.code
     values["spk"] = None if sweep is None else sweep[0]
     values["ssk"] = None if sweep is None else sweep[1]
+    dead = is_dead_letter(job.status, values["error_code"])
+    shard = layout.shard_of(job.job_id, layout.DEAD_LETTER_SHARDS)
+    values["lpk"] = layout.dead_letter_partition(shard) if dead else None
+    values["lsk"] = job.job_id if dead else None
     return values
+
+
+def is_dead_letter(status: JobStatus | None, error_code: str | None) -> bool:
+    """A job failed because its message was dead-lettered (the operators' list)."""
+    return status is JobStatus.FAILED and error_code == DEAD_LETTERED_CODE
 
 
 def job_item(job: Job) -> Item:

@@ -30,7 +30,10 @@ Indexes (every one sparse: an item is in an index only while it has that index's
   but QUEUED jobs whose message was sent), by update time; ``done#<n>`` the finished
   jobs, by completion; ``idem#<n>`` the idempotency entries that expire, by expiry;
 - ``attempts_by_day``: attempt items by the UTC day they started, each day over
-  ATTEMPT_DAY_SHARDS partitions (``day#<YYYY-MM-DD>#<n>`` / ``<tenant>#<attempt_id>``).
+  ATTEMPT_DAY_SHARDS partitions (``day#<YYYY-MM-DD>#<n>`` / ``<tenant>#<attempt_id>``);
+- ``dead_letters``: the jobs failed because their message was dead-lettered, over
+  DEAD_LETTER_SHARDS partitions (``dead#<n>`` / job id): the operators' dead-letter
+  list reads these few jobs, not every job there is.
 
 A shard is chosen from the item's own id (crc32, stable across processes), so a job's
 every write lands on the same shard of each sharded thing: its create and its finish
@@ -52,10 +55,13 @@ INDEX_BY_TENANT = "by_tenant"
 INDEX_ALL_JOBS = "all_jobs"
 INDEX_SWEEP = "sweep"
 INDEX_ATTEMPTS = "attempts_by_day"
+INDEX_DEAD_LETTERS = "dead_letters"
 
 ALL_JOBS_SHARDS = 16
 SWEEP_SHARDS = 16
 ATTEMPT_DAY_SHARDS = 8
+# Dead letters are few, but a queue emptied into the DLQ at once brings many together.
+DEAD_LETTER_SHARDS = 4
 # A tenant's counters: one transaction may touch an item once, and items of one
 # partition take about 1,000 writes a second, so a tenant's jobs spread over these.
 COUNTER_SHARDS = 8
@@ -117,6 +123,7 @@ _KEYS = {
     INDEX_ALL_JOBS: ("apk", "ask"),
     INDEX_SWEEP: ("spk", "ssk"),
     INDEX_ATTEMPTS: ("dpk", "dsk"),
+    INDEX_DEAD_LETTERS: ("lpk", "lsk"),
 }
 # What the list indexes hold besides their keys: only what never changes after a job is
 # stored, so no change to a job rewrites its entries there (an index entry written is a
@@ -129,6 +136,10 @@ _PROJECTIONS: dict[str, dict[str, Any]] = {
     INDEX_ATTEMPTS: {
         "ProjectionType": "INCLUDE",
         "NonKeyAttributes": list(ATTEMPT_REPORT_ATTRIBUTES),
+    },
+    INDEX_DEAD_LETTERS: {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": list(LIST_INDEX_ATTRIBUTES),
     },
 }
 
@@ -210,6 +221,10 @@ def tenant_partition(tenant_id: str) -> str:
 
 def all_jobs_partition(shard: int) -> str:
     return f"all#{shard}"
+
+
+def dead_letter_partition(shard: int) -> str:
+    return f"dead#{shard}"
 
 
 def sweep_partition(kind: str, shard: int) -> str:

@@ -1,8 +1,9 @@
 """Pages of jobs, newest first, from the list indexes (layout.py), never a Scan.
 
 A tenant's list is one partition of ``by_tenant``; every tenant's list is the
-ALL_JOBS_SHARDS partitions of ``all_jobs``, each read newest first and merged by job
-id (a ULID, so the merge is newest first across them). Each partition is read a page
+ALL_JOBS_SHARDS partitions of ``all_jobs`` (the dead-letter list, every tenant's jobs
+failed as dead-lettered, the DEAD_LETTER_SHARDS of ``dead_letters``), each read newest
+first and merged by job id (a ULID, so the merge is newest first across them). Each partition is read a page
 of ``limit + 1`` entries at a time (and at most 1 MB, DynamoDB's page), and only as far
 as the merge needs: a list holds at most one such page per partition in memory, and
 stops reading where the page ends (its limit, or its byte budget).
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferryman.adapters.aws import layout
 from ferryman.adapters.aws.errors import translate_errors
-from ferryman.adapters.aws.job_items import listed_bytes, summary_from_item
+from ferryman.adapters.aws.job_items import is_dead_letter, listed_bytes, summary_from_item
 from ferryman.adapters.aws.store_reads import batch_get
 from ferryman.adapters.aws.store_writes import Expression, key
 from ferryman.core.cursors import cursor_after, position_of
@@ -104,6 +105,9 @@ def _partitions(
     if tenant_id is not None:
         index = layout.INDEX_BY_TENANT
         names = [layout.tenant_partition(tenant_id)]
+    elif is_dead_letter(filters.status, filters.error_code):
+        index = layout.INDEX_DEAD_LETTERS
+        names = [layout.dead_letter_partition(n) for n in range(layout.DEAD_LETTER_SHARDS)]
     else:
         index = layout.INDEX_ALL_JOBS
         names = [layout.all_jobs_partition(n) for n in range(layout.ALL_JOBS_SHARDS)]
