@@ -4,8 +4,8 @@ audit log, shared limits, and results kept in the table.
 The contract suites (tests/contract/test_api_keys.py, test_small_stores.py,
 test_provider_pauses.py, test_result_store.py) run on the aws engine too; here is what
 they cannot show: two processes (two client sets) at once on one table, optimistic
-writes that collide, an item size limit, a listing to reclaim from, a missing table;
-and the shared limits, whose contract (test_postgres_shared.py) needs PostgreSQL."""
+writes that collide, an item size limit, a listing to reclaim from, a missing table,
+and the shared limits' items (their contract: tests/contract/test_shared_limits.py)."""
 
 from __future__ import annotations
 
@@ -27,20 +27,16 @@ from ferryman.adapters.aws.results_db import (
     DynamoResultStore,
     result_pk,
 )
-from ferryman.core.adaptive_rate import AdaptiveRate
-from ferryman.core.aimd import AimdWindow
 from ferryman.core.errors import (
     ResultsUnavailableError,
     ResultUnreadableError,
     StateConflictError,
     StoreUnavailableError,
 )
-from ferryman.core.ratelimit import TokenBucket
 from ferryman.core.results import job_id_of, result_key
 from ferryman.ports.control import AuditAction, AuditRecord, ProviderPause, Switch
 from ferryman.ports.keys import ApiKeyRecord, RevokeOutcome
-from ferryman.ports.limits import ProviderReport
-from ferryman.services.provider_share import LIVE_AFTER_SECONDS, PerMinute, ProviderShareSync
+from provider_reports import provider_report
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -243,157 +239,7 @@ async def test_a_probe_of_a_provider_never_paused_is_none(aws):
     assert await aws.control.provider_pauses() == {}  # the probe made no item
 
 
-# --- shared limits (tests/contract/test_postgres_shared.py) -----------------------------
-
-
-async def test_a_new_bucket_starts_full_refills_over_time_and_never_from_a_clock_stepping_back(
-    aws,
-):
-    async def lease(want: int, now: float):
-        return await aws.limits.lease(
-            "submit:acme", rate_per_second=2.0, burst=10, want=want, now=now
-        )
-
-    first = await lease(4, 100.0)
-    rest = await lease(20, 100.0)
-    empty = await lease(1, 100.0)
-    refilled = await lease(5, 101.5)  # 1.5 s at 2/s: 3 tokens
-    stepped_back = await lease(5, 50.0)
-    much_later = await lease(20, 10_000.0)  # never above the burst
-
-    assert (first.granted, first.tokens_left) == (4, 6.0)
-    assert (rest.granted, rest.tokens_left) == (6, 0.0)
-    assert (empty.granted, empty.tokens_left) == (0, 0.0)
-    assert (refilled.granted, refilled.tokens_left) == (3, 0.0)
-    assert stepped_back.granted == 0
-    assert (much_later.granted, much_later.tokens_left) == (10, 0.0)
-
-
-async def test_a_first_lease_over_the_burst_gets_the_burst_and_a_bad_want_is_refused(aws):
-    got = await aws.limits.lease("k", rate_per_second=1.0, burst=3, want=10, now=1.0)
-    assert (got.granted, got.tokens_left) == (3, 0.0)
-    with pytest.raises(ValueError, match="want"):
-        await aws.limits.lease("k", rate_per_second=1.0, burst=3, want=0, now=1.0)
-
-
-async def test_fractional_tokens_are_kept_between_leases(aws):
-    await aws.limits.lease("k", rate_per_second=0.5, burst=2, want=2, now=0.0)
-    half = await aws.limits.lease("k", rate_per_second=0.5, burst=2, want=1, now=1.0)
-    whole = await aws.limits.lease("k", rate_per_second=0.5, burst=2, want=1, now=2.0)
-
-    assert (half.granted, half.tokens_left) == (0, 0.5)
-    assert (whole.granted, whole.tokens_left) == (1, 0.0)
-
-
-async def test_concurrent_leases_from_two_processes_never_grant_more_than_the_bucket(aws):
-    async def lease(i: int, now: float) -> int:
-        limits = aws.limits if i % 2 else aws.two.limits
-        got = await limits.lease("submit:acme", rate_per_second=10.0, burst=50, want=3, now=now)
-        return got.granted
-
-    at_once = await asyncio.gather(*(lease(i, 1000.0) for i in range(40)))
-    # Two seconds later: 20 tokens refilled, whoever asks.
-    later = await asyncio.gather(*(lease(i, 1002.0) for i in range(40)))
-    earlier = await lease(0, 900.0)
-
-    assert sum(at_once) == 50
-    assert sum(later) == 20
-    assert earlier == 0
-
-
-class _Wall:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _sync(limits, member: str, wall: _Wall, per_minute: float = 600.0):
-    window = AimdWindow(maximum=64.0, start=8.0)
-    learned = AdaptiveRate()
-    bucket = TokenBucket(per_minute / 60.0, burst=10)
-    sync = ProviderShareSync(
-        limits,
-        provider="openai",
-        model="gpt-x",
-        member=member,
-        window=window,
-        learned=learned,
-        budgets=(PerMinute(bucket, per_minute),),
-        wall_clock=wall,
-    )
-    return sync, window, learned, bucket
-
-
-async def test_two_limiters_on_one_table_converge_to_one_window_and_rate(aws):
-    wall = _Wall()
-    one, w1, r1, b1 = _sync(aws.limits, "worker-1", wall)
-    two, w2, r2, b2 = _sync(aws.two.limits, "worker-2", wall)
-
-    await one.report(0.0)
-    await two.report(0.0)
-    await one.report(0.1)
-    assert (w1.limit, w2.limit) == (8.0, 8.0)
-    assert (one.members, two.members) == (2, 2)
-    assert b1.rate_per_second == b2.rate_per_second == pytest.approx(5.0)
-
-    for _ in range(4):
-        w1.on_success()
-    await one.report(1.0)
-    await two.report(1.0)
-    assert (w1.limit, w2.limit) == (10.0, 10.0)
-
-    for rate in (r1, r2):
-        for _ in range(20):
-            rate.admitted(2.0)
-        assert rate.on_throttle(2.0, 0)
-    w1.on_throttle(0)
-    w2.on_throttle(0)
-    await one.after_call(2.0, admitted_epoch=0, narrowed=True, lowered=True)
-    await two.after_call(2.0, admitted_epoch=0, narrowed=True, lowered=True)
-    await one.report(3.5)
-    assert (one.epoch, two.epoch) == (1, 1)
-    assert (w1.limit, w2.limit) == (5.0, 5.0)
-    assert r1.rate == r2.rate
-    assert r1.rate is not None
-    assert r1.rate * 2 == pytest.approx(19 * 0.85 * 2)
-
-    for _ in range(2):
-        wall.now += LIVE_AFTER_SECONDS / 2 + 0.5
-        await one.report(10.0)
-    assert one.members == 1
-    assert w1.limit == 10.0
-    assert b1.rate_per_second == pytest.approx(10.0)
-
-
-async def test_a_throttle_under_an_old_epoch_does_not_narrow_the_cluster_again(aws):
-    one, w1, _, _ = _sync(aws.limits, "worker-1", _Wall())
-    await one.report(0.0)
-    await one.after_call(1.0, admitted_epoch=0, narrowed=True, lowered=False)
-    await one.after_call(1.1, admitted_epoch=0, narrowed=True, lowered=False)
-
-    assert one.epoch == 1
-    assert w1.limit == 4.0  # 8 halved once, not twice
-
-
-def _report(member: str, now: float, **fields) -> ProviderReport:
-    base = {
-        "provider": "p#1",
-        "model": "m",
-        "member": member,
-        "now": now,
-        "grown_window": 0.0,
-        "grown_rate": 0.0,
-        "throttled_epoch": None,
-        "narrowed_window": False,
-        "lowered_rate": False,
-        "learned_rate": None,
-        "start_window": 4.0,
-        "max_window": 6.0,
-        "live_after_seconds": 5.0,
-    }
-    return ProviderReport(**{**base, **fields})
+# --- shared limits (their contract: tests/contract/test_shared_limits.py) ---------------
 
 
 async def _provider_item(aws, provider: str, model: str) -> dict:
@@ -406,12 +252,12 @@ async def _provider_item(aws, provider: str, model: str) -> dict:
 
 
 async def test_a_report_that_moves_nothing_writes_nothing_and_one_that_does_writes(aws):
-    first = await aws.limits.report_provider(_report("a", 100.0))
+    first = await aws.limits.report_provider(provider_report("a", 100.0))
     written = await _provider_item(aws, "p#1", "m")
 
-    steady = await aws.limits.report_provider(_report("a", 101.0))
+    steady = await aws.limits.report_provider(provider_report("a", 101.0))
     untouched = await _provider_item(aws, "p#1", "m")
-    grown = await aws.limits.report_provider(_report("a", 102.0, grown_window=1.0))
+    grown = await aws.limits.report_provider(provider_report("a", 102.0, grown_window=1.0))
 
     assert steady == first
     assert untouched == written  # the steady report wrote nothing
@@ -421,22 +267,12 @@ async def test_a_report_that_moves_nothing_writes_nothing_and_one_that_does_writ
     assert after["updated_at"] == {"N": "102.0"}
 
 
-async def test_the_cluster_window_is_capped_at_every_live_member_and_a_gone_one_is_forgotten(
-    aws,
-):
-    first = await aws.limits.report_provider(_report("a", 100.0))
-    joined = await aws.limits.report_provider(_report("b", 100.0))
-    grown = await aws.limits.report_provider(_report("a", 101.0, grown_window=50.0))
-    # A report from the past (a slow clock) never moves a member's heartbeat back.
-    await aws.limits.report_provider(_report("b", 90.0))
-    # Long after (over 100 liveness horizons), "b" is gone for good: only "a" counts.
-    alone = await aws.limits.report_provider(_report("a", 2_000.0))
+async def test_a_member_gone_for_good_has_its_item_deleted(aws):
+    await aws.limits.report_provider(provider_report("a", 100.0))
+    await aws.limits.report_provider(provider_report("b", 100.0))
+    # Long after (over 100 liveness horizons), "b" is gone for good.
+    await aws.limits.report_provider(provider_report("a", 2_000.0))
 
-    assert (first.window, first.rate, first.epoch, first.members) == (4.0, None, 0, 1)
-    assert (joined.window, joined.members) == (8.0, 2)
-    assert grown.window == 12.0  # 2 live x max_window 6
-    assert alone.members == 1
-    assert alone.window == 6.0  # a came back (joined again): min(1 x 6, 12 + 4)
     members = await aws.clients.dynamodb.query(
         TableName=aws.table,
         KeyConditionExpression="pk = :pk",
@@ -446,31 +282,12 @@ async def test_the_cluster_window_is_capped_at_every_live_member_and_a_gone_one_
     assert [item["sk"]["S"] for item in members["Items"]] == ["a"]
 
 
-async def test_concurrent_throttles_in_one_epoch_decrease_the_cluster_once(aws):
-    await aws.limits.report_provider(_report("a", 100.0, learned_rate=2.0))
-    throttle = {"throttled_epoch": 0, "narrowed_window": True, "lowered_rate": True}
-
-    shares = await asyncio.gather(
-        *(
-            (aws.limits if i % 2 else aws.two.limits).report_provider(
-                _report(f"m{i}", 100.0, learned_rate=2.0, **throttle)
-            )
-            for i in range(6)
-        )
-    )
-
-    # Whoever came first lowered the rate (2.0, the first report's) once; the others'
-    # throttles were of the epoch that had ended: echoes that change nothing.
-    assert {s.epoch for s in shares} == {1}
-    assert [s.rate for s in shares] == [pytest.approx(2.0 * 0.85)] * 6
-
-
 async def test_a_limits_store_on_a_missing_table_is_unavailable(aws):
     limits = DynamoSharedLimits(aws.clients, "no-such-table")
     with pytest.raises(StoreUnavailableError):
         await limits.lease("k", rate_per_second=1.0, burst=1, want=1, now=1.0)
     with pytest.raises(StoreUnavailableError):
-        await limits.report_provider(_report("a", 1.0))
+        await limits.report_provider(provider_report("a", 1.0))
 
 
 # --- results kept in the table (tests/contract/test_result_store.py) --------------------
