@@ -127,6 +127,16 @@ def failed_ids(response: Mapping[str, Any]) -> set[str]:
     return {item["itemIdentifier"] for item in response["batchItemFailures"]}
 
 
+def invoke(event: dict[str, Any], remaining_ms: int = 900_000) -> set[str]:
+    """The worker function's handler run on ``event``, as Lambda calls it: the message
+    ids its answer names (an answer with anything but ``batchItemFailures`` fails)."""
+    from ferryman import aws_lambda
+
+    response = aws_lambda.handler(event, FakeContext(remaining_ms=remaining_ms))
+    assert set(response) == {"batchItemFailures"}
+    return failed_ids(response)
+
+
 @dataclass
 class FakeContext:
     """Lambda's context object, as far as the handler reads it."""

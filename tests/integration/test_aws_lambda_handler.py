@@ -30,7 +30,7 @@ from ferryman.services import delivery as delivery_steps
 from ferryman.services.intake import SubmitRequest
 from ferryman.services.ledger import JobLedger
 from ferryman.wiring import open_runtime
-from lambda_events import FakeContext, facts_of, failed_ids, sqs_event, sqs_record
+from lambda_events import facts_of, invoke, sqs_event, sqs_record
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator
@@ -138,12 +138,6 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     yield Site(settings=settings, sim_calls=sim_calls)
     aws_lambda.shutdown()
     reset_logging()
-
-
-def invoke(event: dict[str, Any], remaining_ms: int = 900_000) -> set[str]:
-    response = aws_lambda.handler(event, FakeContext(remaining_ms=remaining_ms))
-    assert set(response) == {"batchItemFailures"}
-    return failed_ids(response)
 
 
 def test_a_batch_that_all_succeeds_names_no_record_and_deletes_no_message(site: Site) -> None:

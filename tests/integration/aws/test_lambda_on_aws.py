@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from aws_sites import QueuesOf
 from ferryman import aws_lambda
-from ferryman.adapters.aws.clients import open_clients
-from ferryman.adapters.aws.location import parse_aws_url
 from ferryman.config import Settings, load_settings
 from ferryman.core.errors import StoreUnavailableError
 from ferryman.core.job import JobStatus
@@ -37,10 +36,10 @@ from ferryman.services import delivery as delivery_steps
 from ferryman.services.intake import SubmitRequest
 from ferryman.services.ledger import JobLedger
 from ferryman.wiring import open_runtime
-from lambda_events import FakeContext, event_of_messages, failed_ids
+from lambda_events import event_of_messages, invoke
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+    from collections.abc import Callable, Coroutine, Iterator, Sequence
 
     from ferryman.ports.provider import ModelRequest, ModelResponse
 
@@ -57,29 +56,13 @@ TRACEPARENT = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
 
 
 @dataclass
-class Site:
+class Site(QueuesOf):
     """The deployment: ``aws://NAME`` on the emulator, the handler's settings, and the
     test's ways in (the intake, the raw queue, the job records)."""
 
     settings: Settings
     url: str
     sim_calls: list[str]
-
-    @staticmethod
-    def run(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run(coro)
-
-    def _sqs(self, use: Callable[[Any, str], Awaitable[T]], *, dlq: bool = False) -> T:
-        """``use(sqs client, queue url)`` with clients of its own."""
-        location = parse_aws_url(self.url)
-
-        async def go() -> T:
-            async with open_clients() as clients:
-                name = (location.dlq if dlq else location.queue).name
-                url = (await clients.sqs.get_queue_url(QueueName=name))["QueueUrl"]
-                return await use(clients.sqs, url)
-
-        return self.run(go())
 
     def submit(self, *inputs: dict[str, Any]) -> list[str]:
         """Submit one generate job per input through the intake; their ids."""
@@ -235,12 +218,6 @@ def site(
     yield Site(settings=load_settings(), url=url, sim_calls=sim_calls)
     aws_lambda.shutdown()
     reset_logging()
-
-
-def invoke(event: dict[str, Any], remaining_ms: int = 900_000) -> set[str]:
-    response = aws_lambda.handler(event, FakeContext(remaining_ms=remaining_ms))
-    assert set(response) == {"batchItemFailures"}
-    return failed_ids(response)
 
 
 def test_a_batch_that_all_succeeds_names_no_record_and_deletes_no_message(site: Site) -> None:

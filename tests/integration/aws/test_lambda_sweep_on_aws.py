@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from aws_sites import QueuesOf
 from ferryman import aws_lambda
 from ferryman.adapters.aws.clients import open_clients
 from ferryman.adapters.aws.location import parse_aws_url
@@ -31,7 +32,7 @@ from ferryman.wiring import open_runtime
 from lambda_events import FakeContext, event_of_messages
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Iterator
+    from collections.abc import Callable, Coroutine, Iterator
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,24 +44,9 @@ ONE_ROUND_MS = MARGIN_MS + 1_000
 
 
 @dataclass
-class Site:
+class Site(QueuesOf):
     settings: Settings
     url: str
-
-    @staticmethod
-    def run(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run(coro)
-
-    def _sqs(self, use: Callable[[Any, str], Awaitable[T]], *, dlq: bool = False) -> T:
-        location = parse_aws_url(self.url)
-
-        async def go() -> T:
-            async with open_clients() as clients:
-                name = (location.dlq if dlq else location.queue).name
-                url = (await clients.sqs.get_queue_url(QueueName=name))["QueueUrl"]
-                return await use(clients.sqs, url)
-
-        return self.run(go())
 
     def submit(self, *, clock: FakeClock | None = None, send_fails: bool = False) -> str:
         """A job through the intake (its clock ``clock``); with ``send_fails``, its
