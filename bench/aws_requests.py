@@ -7,10 +7,12 @@ own events (``before-parameter-build`` and ``after-call`` on each client), by ki
 
 - DynamoDB: read and write request units (on-demand), computed from what each call
   sent and got back by DynamoDB's published rules: a write is 1 unit per KB of the
-  item (2 in a transaction), plus 1 per secondary index whose keys the write sets or
-  removes; a read is 0.5 unit per 4 KB read (1 strongly consistent, 2 in a
-  transaction; a Query sums the items it returned). moto returns no real consumed
-  capacity, so the units are computed here, not read;
+  item, the larger of before and after (2 in a transaction), plus 1 per secondary
+  index entry it puts, rewrites (an attribute the index holds changed) or deletes, 2
+  when it moves the entry's key (entries here are under 1 KB); a read is 0.5 unit per
+  4 KB read (1 strongly consistent, 2 in a transaction; a Query sums the items it
+  returned). moto returns no real consumed capacity, so the units are computed here
+  (tests/unit/test_bench_aws_requests.py holds each rule), not read;
 - SQS requests (each call, up to 64 KB of payload, is one);
 - S3 requests, split into PUT/LIST class and GET/HEAD class.
 
