@@ -75,6 +75,20 @@ def aws_env(aws_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
 
 
 @pytest.fixture
+def aws_retries_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's retries, made one after another without their backoff.
+
+    The engine's clients retry a failed call (botocore's "standard" mode, MAX_ATTEMPTS
+    retries: adapters/aws/clients.py) after jittered waits of up to 1, 2, 4 and 8 s, so
+    a test of what an outage becomes waited 7.5 s a call on average (9 to 19 s a test)
+    for nothing it checks. Every attempt is still made, and the error the last one
+    ends with is the one the engine translates."""
+    from botocore.retries.standard import ExponentialBackoff
+
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda _self, _context: 0.0)
+
+
+@pytest.fixture
 def aws_url_factory(aws_env: dict[str, str]) -> Callable[..., Awaitable[str]]:
     """Factory: ``await make(max_receives=10)`` is ``aws://NAME`` for a NAME of this
     test's own, its table and queues made as ``ferryman migrate`` makes them."""
