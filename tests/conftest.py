@@ -45,6 +45,17 @@ def sqlite_outage() -> Callable[[str, int], sqlite3.OperationalError]:
     return _sqlite_outage
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``aws`` every test whose fixtures reach the AWS emulator. A case that asks
+    for it only while it runs (the contract's aws engine and result stores, through
+    ``request.getfixturevalue``) is marked where it is parametrised; ``aws_env`` fails
+    one that is not, so no test reaches the emulator unmarked (the mutation sample's
+    selection leaves these out: pyproject.toml, ``[tool.mutmut]``)."""
+    for item in items:
+        if "aws_endpoint" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.aws)
+
+
 @pytest.fixture(scope="session")
 def aws_endpoint(require_service: Callable[[str, str], NoReturn]) -> Iterator[str]:
     """moto's server, started once for the session on 127.0.0.1 (tests/aws_emulator.py).
@@ -61,10 +72,19 @@ def aws_endpoint(require_service: Callable[[str, str], NoReturn]) -> Iterator[st
 
 
 @pytest.fixture
-def aws_env(aws_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def aws_env(
+    aws_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> dict[str, str]:
     """The AWS configuration chain pointed at the emulator for this test (and returned,
-    for a subprocess's environment)."""
+    for a subprocess's environment). The one way to the emulator: it refuses a test
+    not marked ``aws``."""
     from aws_emulator import aws_environment
+
+    if request.node.get_closest_marker("aws") is None:
+        pytest.fail(
+            f"{request.node.nodeid} reaches the AWS emulator but is not marked aws: "
+            "give its case pytest.param(..., marks=pytest.mark.aws)"
+        )
 
     environment = aws_environment(aws_endpoint)
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
