@@ -17,6 +17,8 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
+    from aws_emulator import Provisioner
+
 
 def _require_service(name: str, reason: str) -> NoReturn:
     message = f"{name} is not available: {reason}"
@@ -108,19 +110,36 @@ def aws_retries_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda _self, _context: 0.0)
 
 
+@pytest.fixture(scope="session")
+def aws_provisioner(aws_endpoint: str) -> Iterator[Provisioner]:
+    """What makes the tests' tables and queues: one set of clients for the session
+    (tests/aws_emulator.py says why)."""
+    from aws_emulator import Provisioner, aws_environment
+
+    provisioner = Provisioner()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+                patch.delenv(name, raising=False)
+            for name, value in aws_environment(aws_endpoint).items():
+                patch.setenv(name, value)
+            provisioner.open()
+        yield provisioner
+    finally:
+        provisioner.close()
+
+
 @pytest.fixture
-def aws_url_factory(aws_env: dict[str, str]) -> Callable[..., Awaitable[str]]:
+def aws_url_factory(
+    aws_env: dict[str, str], aws_provisioner: Provisioner
+) -> Callable[..., Awaitable[str]]:
     """Factory: ``await make(max_receives=10)`` is ``aws://NAME`` for a NAME of this
     test's own, its table and queues made as ``ferryman migrate`` makes them."""
     from aws_emulator import fresh_name
-    from ferryman.adapters.aws.clients import open_clients
-    from ferryman.adapters.aws.location import parse_aws_url
-    from ferryman.adapters.aws.provision import provision
 
     async def make(*, max_receives: int = 10) -> str:
         url = f"aws://{fresh_name()}"
-        async with open_clients() as clients:
-            await provision(clients, parse_aws_url(url), max_receives=max_receives)
+        await aws_provisioner.provision(url, max_receives=max_receives)
         return url
 
     return make
