@@ -23,19 +23,21 @@ polls must not hold DynamoDB up).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from contextlib import AsyncExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Coroutine, Iterator
 
 REGION = "us-east-1"
 
@@ -101,6 +103,48 @@ def moto_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class Provisioner:
+    """Makes each test's table and queues (``provision``, as ``ferryman migrate`` does)
+    through one set of clients kept for the session, on an event loop of its own in a
+    thread: a test's loop ends with the test, and opening the engine's three clients
+    again for every test cost about 75 ms of CPU, some 20 s over the suite."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._stack = AsyncExitStack()
+        self._clients: Any = None
+
+    def open(self) -> None:
+        """Open the clients: the AWS configuration chain must point at the emulator."""
+        from ferryman.adapters.aws.clients import open_clients
+
+        async def enter() -> Any:
+            return await self._stack.enter_async_context(open_clients())
+
+        self._clients = self._run(enter())
+
+    async def provision(self, url: str, *, max_receives: int) -> None:
+        """Make ``url``'s table and queues; awaited on the caller's loop."""
+        from ferryman.adapters.aws.location import parse_aws_url
+        from ferryman.adapters.aws.provision import provision
+
+        made = provision(self._clients, parse_aws_url(url), max_receives=max_receives)
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(made, self._loop))
+
+    def close(self) -> None:
+        try:
+            self._run(self._stack.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
 
 
 def serve_serialized(argv: list[str]) -> None:

@@ -17,6 +17,8 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
+    from aws_emulator import Provisioner
+
 
 def _require_service(name: str, reason: str) -> NoReturn:
     message = f"{name} is not available: {reason}"
@@ -45,6 +47,17 @@ def sqlite_outage() -> Callable[[str, int], sqlite3.OperationalError]:
     return _sqlite_outage
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``aws`` every test whose fixtures reach the AWS emulator. A case that asks
+    for it only while it runs (the contract's aws engine and result stores, through
+    ``request.getfixturevalue``) is marked where it is parametrised; ``aws_env`` fails
+    one that is not, so no test reaches the emulator unmarked (the mutation sample's
+    selection leaves these out: pyproject.toml, ``[tool.mutmut]``)."""
+    for item in items:
+        if "aws_endpoint" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.aws)
+
+
 @pytest.fixture(scope="session")
 def aws_endpoint(require_service: Callable[[str, str], NoReturn]) -> Iterator[str]:
     """moto's server, started once for the session on 127.0.0.1 (tests/aws_emulator.py).
@@ -61,10 +74,19 @@ def aws_endpoint(require_service: Callable[[str, str], NoReturn]) -> Iterator[st
 
 
 @pytest.fixture
-def aws_env(aws_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def aws_env(
+    aws_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> dict[str, str]:
     """The AWS configuration chain pointed at the emulator for this test (and returned,
-    for a subprocess's environment)."""
+    for a subprocess's environment). The one way to the emulator: it refuses a test
+    not marked ``aws``."""
     from aws_emulator import aws_environment
+
+    if request.node.get_closest_marker("aws") is None:
+        pytest.fail(
+            f"{request.node.nodeid} reaches the AWS emulator but is not marked aws: "
+            "give its case pytest.param(..., marks=pytest.mark.aws)"
+        )
 
     environment = aws_environment(aws_endpoint)
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
@@ -75,18 +97,49 @@ def aws_env(aws_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
 
 
 @pytest.fixture
-def aws_url_factory(aws_env: dict[str, str]) -> Callable[..., Awaitable[str]]:
+def aws_retries_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's retries, made one after another without their backoff.
+
+    The engine's clients retry a failed call (botocore's "standard" mode, MAX_ATTEMPTS
+    retries: adapters/aws/clients.py) after jittered waits of up to 1, 2, 4 and 8 s, so
+    a test of what an outage becomes waited 7.5 s a call on average (9 to 19 s a test)
+    for nothing it checks. Every attempt is still made, and the error the last one
+    ends with is the one the engine translates."""
+    from botocore.retries.standard import ExponentialBackoff
+
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda _self, _context: 0.0)
+
+
+@pytest.fixture(scope="session")
+def aws_provisioner(aws_endpoint: str) -> Iterator[Provisioner]:
+    """What makes the tests' tables and queues: one set of clients for the session
+    (tests/aws_emulator.py says why)."""
+    from aws_emulator import Provisioner, aws_environment
+
+    provisioner = Provisioner()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+                patch.delenv(name, raising=False)
+            for name, value in aws_environment(aws_endpoint).items():
+                patch.setenv(name, value)
+            provisioner.open()
+        yield provisioner
+    finally:
+        provisioner.close()
+
+
+@pytest.fixture
+def aws_url_factory(
+    aws_env: dict[str, str], aws_provisioner: Provisioner
+) -> Callable[..., Awaitable[str]]:
     """Factory: ``await make(max_receives=10)`` is ``aws://NAME`` for a NAME of this
     test's own, its table and queues made as ``ferryman migrate`` makes them."""
     from aws_emulator import fresh_name
-    from ferryman.adapters.aws.clients import open_clients
-    from ferryman.adapters.aws.location import parse_aws_url
-    from ferryman.adapters.aws.provision import provision
 
     async def make(*, max_receives: int = 10) -> str:
         url = f"aws://{fresh_name()}"
-        async with open_clients() as clients:
-            await provision(clients, parse_aws_url(url), max_receives=max_receives)
+        await aws_provisioner.provision(url, max_receives=max_receives)
         return url
 
     return make

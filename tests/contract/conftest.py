@@ -40,7 +40,7 @@ from ferryman.result_stores import open_result_store
 from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
     from contextlib import AbstractAsyncContextManager
     from pathlib import Path
 
@@ -404,12 +404,22 @@ RESULT_STORES: dict[
 }
 
 
+# The engines and result stores on the AWS emulator.
+ON_AWS = frozenset({"aws", "s3"})
+
+
+def _cases(names: Iterable[str]) -> list[Any]:
+    """The fixture's parameters: those that reach the AWS emulator marked ``aws``
+    (tests/conftest.py says why)."""
+    return [pytest.param(name, marks=pytest.mark.aws) if name in ON_AWS else name for name in names]
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=list(ENGINES))
+@pytest.fixture(params=_cases(ENGINES))
 async def engine(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Engine]:
@@ -417,7 +427,7 @@ async def engine(
         yield built
 
 
-@pytest.fixture(params=list(RESULT_STORES))
+@pytest.fixture(params=_cases(RESULT_STORES))
 async def result_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ResultStore]:

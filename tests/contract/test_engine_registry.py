@@ -29,6 +29,8 @@ async def _url(entry: EngineEntry, request: pytest.FixtureRequest, tmp_path: Pat
     if entry.name == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
     if entry.name == "aws":
+        # The closed engine's call below is retried as an outage: without the backoff.
+        request.getfixturevalue("aws_retries_at_once")
         return str(await request.getfixturevalue("aws_url_factory")())
     return entry.example
 
@@ -58,7 +60,11 @@ def test_the_scan_finds_every_storage_port() -> None:
     assert {"store", "queue", "keys", "control", "results", "limits"} <= set(_ports())
 
 
-@pytest.mark.parametrize("entry", ENGINES, ids=lambda entry: entry.name)
+@pytest.mark.parametrize(
+    "entry",
+    [pytest.param(e, marks=pytest.mark.aws) if e.name == "aws" else e for e in ENGINES],
+    ids=lambda entry: entry.name,
+)
 async def test_every_engine_opens_serves_every_port_and_closes(
     entry: EngineEntry, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -238,6 +238,7 @@ async def test_put_and_get_on_a_missing_bucket_are_unavailable(aws_env: dict[str
             await store.get(f"s3:{KEY};sha256={checksum(b'{}')}", key=KEY)
 
 
+@pytest.mark.usefixtures("aws_retries_at_once")
 async def test_an_unreachable_endpoint_is_unavailable(
     aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -420,6 +420,7 @@ async def test_a_missing_queue_is_unavailable_and_names_migrate(aws_env: dict[st
             )
 
 
+@pytest.mark.usefixtures("aws_retries_at_once")
 async def test_an_unreachable_sqs_is_store_unavailable(
     aws_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ferryman.core.results import MAX_IDS_PER_QUESTION, checksum, gone_jobs, job_id_of, result_key
+from ferryman.core.results import (
+    MAX_IDS_PER_QUESTION,
+    attempt_id_of,
+    checksum,
+    gone_jobs,
+    job_id_of,
+    result_key,
+)
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=30)
 
@@ -19,10 +26,11 @@ def test_a_key_names_tenant_job_and_attempt() -> None:
 
 
 @given(tenant=names, job_id=names, attempt_id=names)
-def test_the_job_of_a_key_is_the_job_it_was_made_for(
+def test_the_job_and_attempt_of_a_key_are_those_it_was_made_for(
     tenant: str, job_id: str, attempt_id: str
 ) -> None:
     assert job_id_of(result_key(tenant, job_id, attempt_id)) == job_id
+    assert attempt_id_of(result_key(tenant, job_id, attempt_id)) == attempt_id
 
 
 @pytest.mark.parametrize(
@@ -37,13 +45,15 @@ def test_the_job_of_a_key_is_the_job_it_was_made_for(
         "",
     ],
 )
-def test_a_key_this_rule_did_not_make_names_no_job(key: str) -> None:
+def test_a_key_this_rule_did_not_make_names_no_job_and_no_attempt(key: str) -> None:
     assert job_id_of(key) is None
+    assert attempt_id_of(key) is None
 
 
 def test_only_the_last_path_segment_names_the_job() -> None:
     assert job_id_of("a/b.c/gen_01A.att_01B.json") == "gen_01A"
     assert job_id_of("gen_01A.att_01B.json") == "gen_01A"
+    assert attempt_id_of("a/b.c/gen_01A.att_01B.json") == "att_01B"
 
 
 def test_the_checksum_is_sha256_in_lowercase_hex() -> None:
