@@ -26,7 +26,7 @@ from provider_reports import provider_report
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=["postgresql", "aws"])
+@pytest.fixture(params=["postgresql", pytest.param("aws", marks=pytest.mark.aws)])
 async def shared(request: pytest.FixtureRequest) -> AsyncIterator[SimpleNamespace]:
     """``one`` and ``two``: the shared limits of two processes on one fresh store."""
     async with AsyncExitStack() as stack:

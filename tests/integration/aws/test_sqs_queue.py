@@ -257,8 +257,11 @@ async def test_a_tenant_over_its_allowance_is_parked_not_received_again(aws_url:
         taken = await _until(lambda: _receive(queue, wait_seconds=1, budget=budget))
         in_flight["a"] += len(taken)  # as the worker counts what it starts
         assert await queue.change_visibility(taken[0].receipt, timeout_seconds=60)
-        # The rest are parked: hidden past their 1 s visibility, never received again.
+        # The rest are parked: hidden past their 1 s visibility, never received again,
+        # but 10 s at a time (the least a parked one is hidden), so a process that dies
+        # leaves them hidden no longer: not a minute, as it was.
         await _until(lambda: _parked(queue, 2))
+        await _until(lambda: _all_hidden_for_a_park(queue))
         assert await _raw_receive(clients, _url_of(queue), wait=3) == []
         assert await _receive(queue, budget=budget) == []
 
@@ -284,6 +287,14 @@ async def test_a_tenant_over_its_allowance_is_parked_not_received_again(aws_url:
 
 async def _parked(queue: SqsJobQueue, n: int) -> bool:
     return len(queue._lot) == n
+
+
+async def _all_hidden_for_a_park(queue: SqsJobQueue) -> bool:
+    """Every parked delivery hidden by the keeper (past the receive's 1 s), and until
+    at most 10 s on."""
+    now = queue._clock.now()
+    lot = queue._lot.all()
+    return all(1.0 < p.hidden_until - now <= 10.0 for p in lot)
 
 
 async def _free_later(

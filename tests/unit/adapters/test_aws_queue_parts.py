@@ -69,7 +69,15 @@ def _parked(tenant: str, sent_at: float, n: int) -> Parked:
         receive_count=1,
         sent_at=sent_at,
     )
-    return Parked(delivery=delivery, message_id=f"m{n}", hidden_until=100.0 + n)
+    return Parked(delivery=delivery, message_id=f"m{n}", hidden_until=100.0 + n, hide_seconds=30)
+
+
+def test_a_short_hiding_is_renewed_a_third_of_it_before_it_ends():
+    short = _parked("a", 1.0, 1)
+    short.hide_seconds = 12
+
+    assert short.due_at == short.hidden_until - 4.0
+    assert _parked("a", 1.0, 2).due_at == 102.0 - 10.0  # 30 s: at most 10 s ahead
 
 
 def test_the_lot_hands_out_oldest_first_within_the_budget_and_lets_the_oldest_go():
@@ -99,8 +107,9 @@ def test_the_lot_keeps_one_delivery_per_message_and_says_which_are_due():
     again.message_id = "m1"
     lot.park(again)
     assert sorted(p.delivery.receipt for p in lot.all()) == ["r2", "r3"]
-    assert [p.delivery.receipt for p in lot.due(now=92.5, ahead_seconds=10)] == ["r2"]
-    assert lot.next_due_at(ahead_seconds=10) == 92.0
+    # Hidden 30 s at a time: each is hidden again 10 s before it would show.
+    assert [p.delivery.receipt for p in lot.due(now=92.5)] == ["r2"]
+    assert lot.next_due_at() == 92.0
     lot.drop({"r2"})
     assert [p.delivery.receipt for p in lot.empty()] == ["r3"]
     assert not lot

@@ -12,7 +12,7 @@ TenantBudget holds: a delivery beyond its tenant's allowance is never returned. 
 is not given straight back either, since the next receive would take it again and
 each receive counts toward redrive: a flooding tenant's jobs would be dead-lettered
 without ever running. It is parked in this process (adapters/aws/queue_parking.py):
-kept hidden (ChangeMessageVisibilityBatch, PARK_VISIBILITY_SECONDS at a time) and
+kept hidden (ChangeMessageVisibilityBatch, the receive's visibility timeout at a time) and
 handed out, oldest first, as soon as its tenant has room (the receiver sets
 ``budget.freed``; while anything is parked a receive long-polls 1 s at a time so it
 notices). The trade-off: at most ``parking_capacity`` messages wait here, hidden from
@@ -55,7 +55,7 @@ import structlog
 from ferryman.adapters.aws import queue_wire as wire
 from ferryman.adapters.aws.errors import error_code, translate_errors
 from ferryman.adapters.aws.provision import queue_url
-from ferryman.adapters.aws.queue_hiding import PARK_VISIBILITY_SECONDS, Hiding, ParkedKeeper
+from ferryman.adapters.aws.queue_hiding import MIN_PARK_SECONDS, Hiding, ParkedKeeper
 from ferryman.adapters.aws.queue_letters import UndecodableLetters
 from ferryman.adapters.aws.queue_parking import Allowance, Parked, ParkingLot
 from ferryman.adapters.aws.queue_receipts import Held, ReceiptBook
@@ -85,6 +85,9 @@ PARKED_POLL_SECONDS = 1
 MAX_PULLS = 5  # SQS receives per receive call, the later ones only for what is there
 DEAD_LETTER_VISIBILITY_SECONDS = 30  # the sweeper fails the job and deletes meanwhile
 ANY_VISIBLE_CACHE_SECONDS = 0.5
+# A receipt is forgotten this long after its hiding ran out: a parked one hidden again a
+# moment late is still known.
+RECEIPT_GRACE_SECONDS = 60
 
 
 class SqsJobQueue:
@@ -217,14 +220,14 @@ class SqsJobQueue:
                     MessageAttributeNames=list(wire.MESSAGE_ATTRIBUTES),
                 )
             raw = response.get("Messages") or []
-            self._book.prune(now=started, grace_seconds=PARK_VISIBILITY_SECONDS)
+            self._book.prune(now=started, grace_seconds=RECEIPT_GRACE_SECONDS)
             admitted: list[tuple[Delivery, str]] = []
             for item in raw:
                 received = wire.received_message(item)
                 delivery = await self._admit(received, started, visibility)
                 if delivery is not None:
                     admitted.append((delivery, received.message_id))
-            deliveries += await self._within_budget(admitted, allowance)
+            deliveries += await self._within_budget(admitted, allowance, visibility)
             wait = 0
             if not raw or allowance.room <= 0 or self._lot.full:
                 break
@@ -261,7 +264,7 @@ class SqsJobQueue:
         )
 
     async def _within_budget(
-        self, admitted: list[tuple[Delivery, str]], allowance: Allowance
+        self, admitted: list[tuple[Delivery, str]], allowance: Allowance, visibility: int
     ) -> list[Delivery]:
         """The deliveries the allowance lets this receive return; the others parked
         (the oldest parked let go if the lot overflows)."""
@@ -277,7 +280,8 @@ class SqsJobQueue:
                     continue
                 held = self._book.get(delivery.receipt)
                 hidden_until = self._clock.now() if held is None else held.hidden_until
-                released += self._lot.park(Parked(delivery, message_id, hidden_until))
+                hide = max(MIN_PARK_SECONDS, visibility)
+                released += self._lot.park(Parked(delivery, message_id, hidden_until, hide))
         if len(returned) < len(admitted):
             self._keeper.parked()
         if released:

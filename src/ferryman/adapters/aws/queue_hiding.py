@@ -4,9 +4,12 @@
 Every change goes through ``Hiding``: it refuses a receipt the process knows is stale
 (adapters/aws/queue_receipts.py), never asks SQS past a receipt's ``extendable_until``
 (SQS would refuse the whole request rather than give what is left), and retires a
-receipt SQS refuses. The keeper (``ParkedKeeper``) hides parked deliveries
-PARK_VISIBILITY_SECONDS at a time, PARK_REFRESH_AHEAD_SECONDS before they would show,
-ten per ChangeMessageVisibilityBatch; it runs only while something is parked.
+receipt SQS refuses. The keeper (``ParkedKeeper``) hides each parked delivery for the
+visibility timeout it was received with (at least MIN_PARK_SECONDS), again shortly
+before it would show (queue_parking.Parked.due_at), ten per
+ChangeMessageVisibilityBatch; it runs only while something is parked. So a process that
+dies with deliveries parked leaves them hidden no longer than its receives' visibility
+timeout, as it leaves those it was running.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("ferryman.aws")
 
-PARK_VISIBILITY_SECONDS = 60
-PARK_REFRESH_AHEAD_SECONDS = 10  # hide a parked one again this long before it shows
+# A parked delivery is hidden at least this long at a time: a receive's visibility of a
+# second or two would have the keeper hiding it again every second.
+MIN_PARK_SECONDS = 10
 RETRY_AFTER_OUTAGE_SECONDS = 1.0
 
 
@@ -148,7 +152,7 @@ class ParkedKeeper:
 
     async def _keep(self) -> None:
         while self._lot:
-            next_at = self._lot.next_due_at(ahead_seconds=PARK_REFRESH_AHEAD_SECONDS)
+            next_at = self._lot.next_due_at()
             delay = 0.0 if next_at is None else next_at - self._clock.now()
             if delay > 0:
                 self._changed.clear()
@@ -165,11 +169,11 @@ class ParkedKeeper:
     async def _hide_due(self) -> None:
         async with self._lock:
             now = self._clock.now()
-            due = self._lot.due(now=now, ahead_seconds=PARK_REFRESH_AHEAD_SECONDS)
-            receipts = [p.delivery.receipt for p in due]
-            failed = await self._hiding.hide(receipts, lambda _r: PARK_VISIBILITY_SECONDS)
+            due = self._lot.due(now=now)
+            seconds = {p.delivery.receipt: p.hide_seconds for p in due}
+            failed = await self._hiding.hide(list(seconds), seconds.__getitem__)
             self._lot.drop(failed)
             for parked in due:
                 # As hidden now; one SQS refused is gone from the lot already.
                 until = self._hiding.hidden_until(parked.delivery.receipt)
-                parked.hidden_until = now + PARK_VISIBILITY_SECONDS if until is None else until
+                parked.hidden_until = now + parked.hide_seconds if until is None else until

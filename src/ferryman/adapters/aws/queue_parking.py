@@ -19,11 +19,23 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import Delivery, TenantBudget
 
 
+# A parked delivery is hidden again this long before it would show (at most; a third of
+# its hiding when that is shorter), so a slow round never lets it show.
+REFRESH_AHEAD_SECONDS = 10.0
+
+
 @dataclass(slots=True)
 class Parked:
     delivery: Delivery
     message_id: str
     hidden_until: float  # epoch seconds, as this process last set it
+    # How long each hiding lasts: what a crash of this process leaves it hidden at most.
+    hide_seconds: int
+
+    @property
+    def due_at(self) -> float:
+        """When it is to be hidden again."""
+        return self.hidden_until - min(REFRESH_AHEAD_SECONDS, self.hide_seconds / 3)
 
 
 class Allowance:
@@ -106,12 +118,12 @@ class ParkingLot:
     def all(self) -> list[Parked]:
         return list(self._parked)
 
-    def due(self, *, now: float, ahead_seconds: float) -> list[Parked]:
-        """Those whose hiding ends within ``ahead_seconds``: to be hidden again."""
-        return [p for p in self._parked if p.hidden_until - ahead_seconds <= now]
+    def due(self, *, now: float) -> list[Parked]:
+        """Those to be hidden again now (Parked.due_at)."""
+        return [p for p in self._parked if p.due_at <= now]
 
-    def next_due_at(self, *, ahead_seconds: float) -> float | None:
-        return min((p.hidden_until - ahead_seconds for p in self._parked), default=None)
+    def next_due_at(self) -> float | None:
+        return min((p.due_at for p in self._parked), default=None)
 
     def empty(self) -> list[Parked]:
         everything, self._parked = self._parked, []
