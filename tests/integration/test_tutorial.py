@@ -425,15 +425,25 @@ async def _tenant_job_statuses(database_url: str, tenant_id: str) -> list[str]:
     from ferryman.adapters.aws.location import parse_aws_url
 
     partition, _ = layout.index_keys(layout.INDEX_BY_TENANT)
+    table = parse_aws_url(database_url).table
     async with open_clients() as clients:
+        # The tenant's list index names the jobs; each job's own item has its status.
         answer = await clients.dynamodb.query(
-            TableName=parse_aws_url(database_url).table,
+            TableName=table,
             IndexName=layout.INDEX_BY_TENANT,
             KeyConditionExpression="#p = :p",
             ExpressionAttributeNames={"#p": partition},
             ExpressionAttributeValues={":p": {"S": layout.tenant_partition(tenant_id)}},
         )
-    return sorted(item["status"]["S"] for item in answer["Items"])
+        statuses = []
+        for entry in answer["Items"]:
+            job = await clients.dynamodb.get_item(
+                TableName=table,
+                Key={"pk": entry["pk"], "sk": {"S": layout.JOB_SK}},
+                ConsistentRead=True,
+            )
+            statuses.append(job["Item"]["status"]["S"])
+    return sorted(statuses)
 
 
 @pytest.mark.slow

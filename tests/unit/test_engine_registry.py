@@ -32,8 +32,8 @@ ALLOWED = {
     "migrations, LISTEN), kept beside the contract suite because they need its server",
     "tests/contract/test_postgres_group_commit.py": "the PostgreSQL adapter's group commit, "
     "driven below its ports",
-    "tests/contract/test_postgres_shared.py": "several pools over one database, each the "
-    "shared limits of one process, to show they share",
+    "tests/contract/test_shared_limits.py": "several pools (or client sets) over one store, "
+    "each the shared limits of one process, to show they share",
     "tests/integration/test_sqlite_peer_wakeups.py": "the SQLite adapter's wake-ups between "
     "processes, driven below its ports",
 }
