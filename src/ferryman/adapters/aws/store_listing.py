@@ -3,10 +3,11 @@
 A tenant's list is one partition of ``by_tenant``; every tenant's list is the
 ALL_JOBS_SHARDS partitions of ``all_jobs`` (the dead-letter list, every tenant's jobs
 failed as dead-lettered, the DEAD_LETTER_SHARDS of ``dead_letters``), each read newest
-first and merged by job id (a ULID, so the merge is newest first across them). Each partition is read a page
-of ``limit + 1`` entries at a time (and at most 1 MB, DynamoDB's page), and only as far
-as the merge needs: a list holds at most one such page per partition in memory, and
-stops reading where the page ends (its limit, or its byte budget).
+first and merged by job id (a ULID, so the merge is newest first across them). Each
+partition is read a page of ``limit + 1`` entries at a time (and at most 1 MB,
+DynamoDB's page), and only as far as the merge needs: a list holds at most one such
+page per partition in memory, and stops reading where the page ends (its limit, or its
+byte budget).
 
 The indexes hold only what never changes (the keys, the job id and the task), so a
 change to a job writes no list entry: each page's summaries are read from the jobs' own
