@@ -65,6 +65,8 @@ GOAL_USD_PER_MILLION_JOBS = 25.0
 TENANT = "bench"
 _S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "ListObjects", "DeleteObjects"}
 _FREE_S3 = {"DeleteObject"}  # DELETE requests are free
+# A single-item write's kind, as TransactWriteItems names it.
+_SINGLE_WRITES = {"PutItem": "Put", "UpdateItem": "Update", "DeleteItem": "Delete"}
 
 
 def _value_bytes(value: dict[str, Any]) -> int:
@@ -241,38 +243,31 @@ class Meter:
         self.counts["dynamodb_read_units"] += per_4kb * max(1, math.ceil(size / 4096))
 
     def _dynamodb(self, operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> None:
-        if operation == "PutItem":
-            self._put(params["TableName"], params["Item"], 1)
-        elif operation == "UpdateItem":
-            self._update(params, 1)
-        elif operation == "DeleteItem":
-            self._delete(params, 1)
+        if operation in _SINGLE_WRITES:
+            self._write_op(_SINGLE_WRITES[operation], params, 1)
         elif operation == "BatchWriteItem":
-            self._batch_write(params)
+            for table, requests in params.get("RequestItems", {}).items():
+                for request in requests:
+                    ((kind, op),) = request.items()  # PutRequest or DeleteRequest
+                    self._write_op(kind.removesuffix("Request"), {"TableName": table, **op}, 1)
         elif operation == "TransactWriteItems":
-            self._transact_write(params)
+            for entry in params.get("TransactItems", []):
+                ((kind, op),) = entry.items()
+                if kind == "ConditionCheck":  # a transactional read of the item
+                    self.counts["dynamodb_read_units"] += 2
+                else:
+                    self._write_op(kind, op, 2)
         else:
             self._dynamodb_read(operation, params, parsed)
 
-    def _batch_write(self, params: dict[str, Any]) -> None:
-        for table, requests in params.get("RequestItems", {}).items():
-            for request in requests:
-                if "PutRequest" in request:
-                    self._put(table, request["PutRequest"]["Item"], 1)
-                else:
-                    self._delete({"TableName": table, **request["DeleteRequest"]}, 1)
-
-    def _transact_write(self, params: dict[str, Any]) -> None:
-        for entry in params.get("TransactItems", []):
-            ((kind, op),) = entry.items()
-            if kind == "Put":
-                self._put(op["TableName"], op["Item"], 2)
-            elif kind == "Update":
-                self._update(op, 2)
-            elif kind == "Delete":
-                self._delete(op, 2)
-            else:  # ConditionCheck: a transactional read of the item
-                self.counts["dynamodb_read_units"] += 2
+    def _write_op(self, kind: str, op: dict[str, Any], factor: float) -> None:
+        """One item's Put, Update or Delete, as TransactWriteItems names them."""
+        if kind == "Put":
+            self._put(op["TableName"], op["Item"], factor)
+        elif kind == "Update":
+            self._update(op, factor)
+        else:
+            self._delete(op, factor)
 
     def _dynamodb_read(
         self, operation: str, params: dict[str, Any], parsed: dict[str, Any]
