@@ -38,7 +38,7 @@ from ferryman.adapters.aws.store_listing import (
     list_named_jobs,
     summary_items,
 )
-from ferryman.adapters.aws.store_reads import batch_get, query_all
+from ferryman.adapters.aws.store_reads import batch_get, job_attributes, query_all
 from ferryman.adapters.aws.store_upkeep import (
     finish_stopped_purges,
     finished_ids,
@@ -182,18 +182,7 @@ class DynamoJobStore:
         return _jobs_from(await batch_get(self._clients.dynamodb, self._table, keys))
 
     async def _get_items(self, job_ids: Collection[str], projection: Sequence[str]) -> list[Item]:
-        """The named attributes of the jobs' items that exist (never their input)."""
-        if not job_ids:
-            return []
-        keys = [key(layout.job_pk(job_id), layout.JOB_SK) for job_id in set(job_ids)]
-        names = {f"#p{i}": attribute for i, attribute in enumerate(projection)}
-        return await batch_get(
-            self._clients.dynamodb,
-            self._table,
-            keys,
-            projection=", ".join(names),
-            names=names,
-        )
+        return await job_attributes(self._clients.dynamodb, self._table, job_ids, projection)
 
     async def list_jobs(
         self,

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from ferryman.adapters.aws import layout
 from ferryman.adapters.aws.errors import translate_errors
 from ferryman.adapters.aws.job_items import is_dead_letter, listed_bytes, summary_from_item
-from ferryman.adapters.aws.store_reads import batch_get
-from ferryman.adapters.aws.store_writes import Expression, key
+from ferryman.adapters.aws.store_reads import job_attributes
+from ferryman.adapters.aws.store_writes import Expression
 from ferryman.core.cursors import cursor_after, position_of
 from ferryman.ports.store import LIST_ITEM_BYTES, JobPage, JobSummary
 
@@ -67,11 +67,7 @@ class Filters:
 
 async def summary_items(dynamodb: Any, table: str, job_ids: Iterable[str]) -> list[Item]:
     """The summary attributes of the named jobs' items that exist (any order)."""
-    keys = [key(layout.job_pk(job_id), layout.JOB_SK) for job_id in set(job_ids)]
-    if not keys:
-        return []
-    names = {f"#p{i}": attribute for i, attribute in enumerate(layout.SUMMARY_ATTRIBUTES)}
-    return await batch_get(dynamodb, table, keys, projection=", ".join(names), names=names)
+    return await job_attributes(dynamodb, table, job_ids, layout.SUMMARY_ATTRIBUTES)
 
 
 @dataclass(slots=True)

@@ -11,11 +11,13 @@ import asyncio
 import random
 from typing import TYPE_CHECKING, Any
 
+from ferryman.adapters.aws import layout
 from ferryman.adapters.aws.errors import translate_errors
+from ferryman.adapters.aws.store_writes import key
 from ferryman.core.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Iterable, Sequence
 
     from ferryman.adapters.aws.job_items import Item
 
@@ -39,6 +41,18 @@ async def batch_get(
         *(_get_chunk(dynamodb, table, list(c), projection, names) for c in chunks)
     )
     return [item for items in found for item in items]
+
+
+async def job_attributes(
+    dynamodb: Any, table: str, job_ids: Iterable[str], attributes: Sequence[str]
+) -> list[Item]:
+    """The named attributes of the named jobs' items that exist (any order; never their
+    input, which has an item of its own)."""
+    keys = [key(layout.job_pk(job_id), layout.JOB_SK) for job_id in set(job_ids)]
+    if not keys:
+        return []
+    names = {f"#p{i}": attribute for i, attribute in enumerate(attributes)}
+    return await batch_get(dynamodb, table, keys, projection=", ".join(names), names=names)
 
 
 async def _get_chunk(
