@@ -122,6 +122,7 @@ def _change(
         and before is not None
         and before.status.terminal
         and update.get("status", before.status).terminal
+        and any(kind not in _AFTER_THE_END for kind, _ in events)
     ):
         raise IllegalTransitionError("a finished job's history ends with its terminal event")
     job_id = job.job_id
@@ -132,8 +133,11 @@ def _change(
             for i, (kind, detail) in enumerate(events, start=1)
         ]
     )
+    event_seq = seq + len(numbered)
+    if job.webhook_url is not None:
+        _owe_webhook(before, update, now=now, event_seq=event_seq)
     # The one copy of the job this change makes.
-    after = dataclasses.replace(job, **update, revision=revision + 1, event_seq=seq + len(numbered))
+    after = dataclasses.replace(job, **update, revision=revision + 1, event_seq=event_seq)
     return Change(
         before=before,
         after=after,
@@ -143,6 +147,27 @@ def _change(
         closed=tuple(closed),
         enqueue=enqueue,
     )
+
+
+# The events a finished job may still take: its webhook's delivery attempts.
+_AFTER_THE_END = frozenset({EventKind.WEBHOOK_DELIVERED, EventKind.WEBHOOK_FAILED})
+
+
+def _owe_webhook(before: Job | None, update: JobUpdate, *, now: float, event_seq: int) -> None:
+    """The webhook outbox, written by the change that moves the job: a change that
+    finishes a job with a ``webhook_url`` owes one notification, due now, about its
+    terminal event; a replay drops a notification still owed for the outcome it undoes
+    (the next outcome is notified instead)."""
+    was_terminal = before is not None and before.status.terminal
+    status = update.get("status", before.status if before is not None else None)
+    if status is None:
+        return
+    if status.terminal and not was_terminal:
+        update["webhook_due_at"] = now
+        update["webhook_attempts"] = 0
+        update["webhook_event_seq"] = event_seq
+    elif was_terminal and not status.terminal:
+        update["webhook_due_at"] = None
 
 
 def _error_detail(error: JobError) -> dict[str, Any]:
@@ -445,3 +470,43 @@ def note(job: Job, kind: EventKind, *, now: float, detail: dict[str, Any]) -> Ch
     if job.status.terminal:
         return None
     return _change(job, job, JobUpdate(), now=now, events=[(kind, dict(detail))])
+
+
+# --- the completion webhook ---------------------------------------------------------
+
+
+def claim_webhook(job: Job, *, now: float, lease_until: float) -> Change:
+    """A dispatcher takes the job's owed notification for one delivery attempt: it is
+    not due again before ``lease_until`` (another dispatcher takes it over then, if this
+    one never reports). Raises IllegalTransitionError when nothing is owed or it is not
+    due yet (another dispatcher took it first)."""
+    if job.webhook_due_at is None or job.webhook_due_at > now:
+        raise IllegalTransitionError("no webhook notification is due for this job")
+    update = JobUpdate(webhook_due_at=lease_until, webhook_attempts=job.webhook_attempts + 1)
+    return _change(job, job, update, now=now)
+
+
+def webhook_attempted(
+    job: Job,
+    *,
+    now: float,
+    event_seq: int,
+    attempt_no: int,
+    delivered: bool,
+    next_due_at: float | None,
+    detail: dict[str, Any],
+) -> Change | None:
+    """Record one delivery attempt of the notification about event ``event_seq``, as
+    attempt ``attempt_no``: WEBHOOK_DELIVERED, or WEBHOOK_FAILED with the next attempt
+    due at ``next_due_at`` (None: no more attempts). None when the attempt no longer
+    owns the notification (a replay, or a dispatcher that took it over after this one's
+    lease): its report changes nothing."""
+    if (
+        job.webhook_event_seq != event_seq
+        or job.webhook_attempts != attempt_no
+        or job.webhook_due_at is None
+    ):
+        return None
+    kind = EventKind.WEBHOOK_DELIVERED if delivered else EventKind.WEBHOOK_FAILED
+    update = JobUpdate(webhook_due_at=None if delivered else next_due_at)
+    return _change(job, job, update, now=now, events=[(kind, dict(detail))])

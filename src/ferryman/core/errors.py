@@ -9,6 +9,7 @@
     │   ├── AuthenticationError         missing, unknown, revoked or expired API key
     │   ├── ForbiddenError              a non-admin key on the operations API
     │   ├── UnsupportedFieldError       a reserved field this version refuses
+    │   ├── WebhookUrlRefusedError      a webhook_url ferryman will not call
     │   └── QuotaExceededError          a tenant's quota is used up
     │       ├── BacklogQuotaExceededError    too many unfinished jobs
     │       └── StorageQuotaExceededError    too many stored jobs
@@ -26,6 +27,7 @@
     │   ├── QueueUnavailableError       a queue that is a service of its own
     │   └── ResultsUnavailableError     the result store cannot take a write now
     ├── ResultUnreadableError           a stored result is missing or fails verification
+    ├── WebhookSecretUnreadableError    a signing secret sealed under another key
     └── ProviderError                   a model call failed; carries a FailureClass
         ├── ThrottledError              THROTTLED (may carry retry_after_seconds)
         ├── ProviderTimeoutError        TRANSIENT
@@ -121,6 +123,20 @@ class UnsupportedFieldError(RequestError):
     """This field is reserved and not supported by this version."""
 
     code = "unsupported_field"
+
+
+class WebhookUrlRefusedError(RequestError):
+    """This webhook_url cannot be used: ferryman delivers only to public https
+    addresses, or to hosts the operator allowed (FERRYMAN_WEBHOOK_ALLOWED_HOSTS)."""
+
+    code = "webhook_url_refused"
+
+
+class WebhookSecretUnreadableError(FerrymanError):
+    """The tenant's webhook signing secret cannot be read with this process's
+    FERRYMAN_SECRET_KEY (it was sealed under another key, or the key is unset)."""
+
+    code = "webhook_secret_unreadable"
 
 
 class QuotaExceededError(RequestError):

@@ -70,6 +70,10 @@ class EventKind(enum.StrEnum):
     DEAD_LETTERED = "DEAD_LETTERED"
     REPLAYED = "REPLAYED"
     DUPLICATE_DELIVERY = "DUPLICATE_DELIVERY"
+    # A delivery attempt of the job's completion webhook: the only events a finished
+    # job's history takes after its terminal one (core/changes.py).
+    WEBHOOK_DELIVERED = "WEBHOOK_DELIVERED"
+    WEBHOOK_FAILED = "WEBHOOK_FAILED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,15 @@ class Job:
     error: JobError | None = None
     traceparent: str | None = None
     completed_at: float | None = None
+    # Where the client asked to be told of the outcome (fixed at intake), and the
+    # webhook outbox, kept on the job so that the change that finishes the job writes
+    # it in the same transaction on every engine (core/changes.py): when the owed
+    # notification is next due (None: nothing owed), how many delivery attempts it has
+    # had, and the seq of the job's terminal event it announces (its webhook-id).
+    webhook_url: str | None = None
+    webhook_due_at: float | None = None
+    webhook_attempts: int = 0
+    webhook_event_seq: int = 0
 
 
 class JobUpdate(TypedDict, total=False):
@@ -151,6 +164,9 @@ class JobUpdate(TypedDict, total=False):
     error: JobError | None
     updated_at: float
     completed_at: float | None
+    webhook_due_at: float | None
+    webhook_attempts: int
+    webhook_event_seq: int
 
 
 @dataclass(frozen=True, slots=True)

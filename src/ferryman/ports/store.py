@@ -325,9 +325,18 @@ class JobUpkeep(Protocol):
         """Which of these jobs still exist."""
         ...
 
+    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
+        """Up to ``limit`` jobs whose completion webhook is owed and due
+        (``webhook_due_at`` at or before now), earliest due first: the dispatcher's
+        scan (services/webhooks.py). Read through an index of owed notifications
+        only, never a scan of every job."""
+        ...
+
     async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
         """Delete up to ``limit`` finished jobs completed before the time, with their
-        events, attempts and idempotency entries, in one transaction; their ids."""
+        events, attempts and idempotency entries, in one transaction; their ids. A job
+        whose webhook is still owed (``webhook_due_at`` set) is kept until it is
+        delivered or given up."""
         ...
 
     async def purge_expired_keys(self, *, now: float, limit: int) -> int:
