@@ -62,9 +62,19 @@ from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATC
 from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
+from ferryman.services.webhooks import (
+    DispatchOptions,
+    WebhookDispatcher,
+    WebhookKick,
+    WebhookSecrets,
+)
 from ferryman.services.worker import Worker, compose_worker
 from ferryman.services.worker_parts import WorkerOptions, WorkerParts
 from ferryman.tasks import TaskDefinitionError, builtin_tasks, declared_task, load_task_modules
+from ferryman.webhooks.sealing import sealer_from_key
+from ferryman.webhooks.sender import HttpWebhookSender
+from ferryman.webhooks.signing import new_secret, signature
+from ferryman.webhooks.urls import WebhookUrlGuard, parse_allowed_hosts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -77,7 +87,9 @@ if TYPE_CHECKING:
     from ferryman.ports.provider import ModelProvider, ModelRequest, ModelResponse
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
+    from ferryman.ports.webhooks import SecretSealer
     from ferryman.services.attempt import AttemptTimeouts
+    from ferryman.services.jobs import JobView
     from ferryman.tasks import TaskRegistry
 
 __all__ = [
@@ -171,6 +183,11 @@ class Runtime:
     catalog: ModelCatalog
     # Per-tenant API budgets shared by every process (PostgreSQL); None: per process.
     shared_limits: SharedLimits | None = None
+    # Completion webhooks: signing secrets, the guard on receivers' addresses, and the
+    # observer that tells this process's dispatcher of a job it finished.
+    webhook_secrets: WebhookSecrets | None = None
+    webhook_urls: WebhookUrlGuard | None = None
+    webhook_kick: WebhookKick | None = None
 
     async def prepare_storage(self) -> None:
         """Make the results directory (owner-only) if there is none, so a process that
@@ -225,6 +242,25 @@ class Runtime:
     def new_retention(self, *, batch_size: int = DEFAULT_PURGE_BATCH_SIZE) -> Retention:
         return Retention(
             store=self.store.store, clock=self.clock, results=self.results, batch_size=batch_size
+        )
+
+    def new_webhook_dispatcher(
+        self, render: Callable[[str, float, JobView], bytes]
+    ) -> WebhookDispatcher:
+        """The dispatcher of completion webhooks; ``render`` writes an event's body (the
+        HTTP layer's: the job as GET shows it)."""
+        assert self.webhook_secrets is not None and self.webhook_urls is not None
+        return WebhookDispatcher(
+            store=self.store.store,
+            ledger=self.store,
+            jobs=self.jobs,
+            secrets=self.webhook_secrets,
+            sender=HttpWebhookSender(self.webhook_urls),
+            sign=signature,
+            render=render,
+            clock=self.clock,
+            options=DispatchOptions(schedule=self.settings.webhooks.schedule),
+            kick=self.webhook_kick,
         )
 
     def new_sweeper(self) -> Sweeper:
@@ -427,8 +463,17 @@ def _build(
 ) -> Runtime:
     metrics.configure(tenant_labels=settings.http.metrics_tenant_labels)
     check_job_size(settings, engine)
+    webhook_urls = webhook_guard(settings)
+    webhook_secrets = WebhookSecrets(
+        store=engine.webhook_secrets,
+        sealer=secret_sealer(settings),
+        clock=clock,
+        new_secret=new_secret,
+    )
+    webhook_kick = WebhookKick()
     # The writes; readers take engine.store itself.
-    store = JobLedger(engine.store, observers=process_observers(settings.failpoint_set()))
+    observers = process_observers(settings.failpoint_set()).with_observer(webhook_kick)
+    store = JobLedger(engine.store, observers=observers)
     queue = engine.queue
     results, results_location = opened_results.store, opened_results.location
     keys = engine.keys
@@ -461,6 +506,8 @@ def _build(
                 max_stored_jobs=settings.tenants.max_stored_jobs,
             ),
             sim_scripts=settings.sim.scripts,
+            webhook_urls=webhook_urls,
+            webhook_secrets=webhook_secrets,
         ),
         jobs=JobQueries(
             store=engine.store,
@@ -483,7 +530,29 @@ def _build(
         database_path=engine.location,
         results_location=results_location,
         shared_limits=engine.limits,
+        webhook_secrets=webhook_secrets,
+        webhook_urls=webhook_urls,
+        webhook_kick=webhook_kick,
     )
+
+
+def webhook_guard(settings: Settings) -> WebhookUrlGuard:
+    """The SSRF guard, with the hosts the operator allowed; a malformed entry of
+    FERRYMAN_WEBHOOK_ALLOWED_HOSTS is a configuration error naming it."""
+    try:
+        allowed = parse_allowed_hosts(settings.webhooks.allowed_hosts)
+    except ValueError as exc:
+        raise ConfigurationError(f"FERRYMAN_WEBHOOK_ALLOWED_HOSTS: {exc}") from None
+    return WebhookUrlGuard(allowed)
+
+
+def secret_sealer(settings: Settings) -> SecretSealer:
+    """What seals signing secrets at rest: FERRYMAN_SECRET_KEY's keys, or nothing."""
+    key = settings.secret_key
+    try:
+        return sealer_from_key(None if key is None else key.get_secret_value())
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 # --- looking without touching: doctor, and commands that must not create a database ---

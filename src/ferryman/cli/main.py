@@ -50,8 +50,10 @@ keys_app = typer.Typer(
 dlq_app = typer.Typer(
     help="Dead-lettered jobs: list and replay (straight in the database).", no_args_is_help=True
 )
+webhooks_app = typer.Typer(help="Completion webhooks: the signing secret.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(webhooks_app, name="webhooks")
 
 
 def _print_version(value: bool) -> None:
@@ -271,6 +273,7 @@ app.command()(remote.status)
 app.command("list")(remote.list_jobs)
 app.command()(remote.events)
 app.command()(remote.cancel)
+webhooks_app.command("secret")(remote.webhook_secret)
 # The operator's commands: straight in the database.
 app.command()(needs_server(control.pause))
 app.command()(needs_server(control.resume))

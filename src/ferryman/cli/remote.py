@@ -221,6 +221,13 @@ def submit(
         str | None,
         typer.Option(help="Reuse to make the submission idempotent.", show_default="a new one"),
     ] = None,
+    webhook_url: Annotated[
+        str | None,
+        typer.Option(
+            help="POST the outcome there, signed (create the secret first: "
+            "ferryman webhooks secret)."
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result.")] = False,
     timeout: Annotated[
         float,
@@ -240,7 +247,12 @@ def submit(
     meta = parse_json_object(metadata, "--metadata") if metadata is not None else None
     with _client(url, api_key, retry_for) as client, _Failures():
         job = client.submit(
-            task, payload, model=model, metadata=meta, idempotency_key=idempotency_key
+            task,
+            payload,
+            model=model,
+            metadata=meta,
+            idempotency_key=idempotency_key,
+            webhook_url=webhook_url,
         )
         if not wait:
             print_json(job.api_json)
@@ -368,3 +380,22 @@ def cancel(
     with _client(url, api_key, retry_for) as client, _Failures():
         job = client.cancel(job_id)
     _show_job(job, as_json)
+
+
+def webhook_secret(
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
+    retry_for: RetryOption = DEFAULT_RETRY_BUDGET_SECONDS,
+) -> None:
+    """Create or rotate this tenant's webhook signing secret and print it (once).
+
+    Keep it where your receiver can read it: ferryman never shows it again. The secret
+    it replaces keeps signing beside the new one for 24 hours."""
+    with _client(url, api_key, retry_for) as client, _Failures():
+        created = client.rotate_webhook_secret()
+    typer.echo(created.secret)
+    err_console.print(
+        "the previous secret, if any, keeps signing beside this one for "
+        f"{created.previous_valid_for_seconds // 3600} hours",
+        highlight=False,
+    )

@@ -23,6 +23,7 @@ from rich.text import Text
 from ferryman.cli.common import EXIT_FAILED, err_console, fail
 from ferryman.http.app import AppDeps, create_app
 from ferryman.http.connections import ConnectionLimits, protocol_with
+from ferryman.http.views import webhook_event_body
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Generator
@@ -67,6 +68,7 @@ def app_deps(runtime: Runtime) -> AppDeps:
         tenant_read_burst=s.tenants.read_burst,
         tasks=runtime.tasks,
         shared_limits=runtime.shared_limits,
+        webhook_secrets=runtime.webhook_secrets,
     )
 
 
@@ -165,6 +167,8 @@ async def run_roles(runtime: Runtime, roles: Roles, sock: socket.socket | None) 
         jobs.append(runtime.new_worker(roles.concurrency).run(stop))
     if roles.sweeper:
         jobs.append(runtime.new_sweeper().run(stop))
+        # Completion webhooks are sent where the sweeper runs: every worker process.
+        jobs.append(runtime.new_webhook_dispatcher(webhook_event_body).run(stop))
     tasks = [asyncio.create_task(job) for job in jobs]
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Page,
         SubmitItem,
         Submitted,
+        WebhookSecret,
     )
     from ferryman.client.retrying import RetryNotice
 
@@ -115,11 +116,17 @@ class AsyncClient:
         model: str | None = None,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        webhook_url: str | None = None,
     ) -> Submitted:
         """Submit a job; retried with one Idempotency-Key, so it creates at most one job."""
         return await self._run(
             calls.submit(
-                task, input, model=model, metadata=metadata, idempotency_key=idempotency_key
+                task,
+                input,
+                model=model,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                webhook_url=webhook_url,
             )
         )
 
@@ -173,6 +180,11 @@ class AsyncClient:
 
     async def events(self, job_id: str) -> JobHistory:
         return await self._run(calls.events(job_id))
+
+    async def rotate_webhook_secret(self) -> WebhookSecret:
+        """Create or rotate this tenant's webhook signing secret; the answer holds it,
+        once. The secret it replaces keeps signing beside it for 24 hours."""
+        return await self._run(calls.rotate_webhook_secret())
 
     async def cancel(self, job_id: str) -> Job:
         return await self._run(calls.cancel(job_id))

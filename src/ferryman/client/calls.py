@@ -30,6 +30,7 @@ from ferryman.client.models import (
     Page,
     SubmitItem,
     Submitted,
+    WebhookSecret,
 )
 from ferryman.client.retrying import _monotonic
 
@@ -158,6 +159,7 @@ def submit(
     model: str | None,
     metadata: dict[str, Any] | None,
     idempotency_key: str | None,
+    webhook_url: str | None = None,
 ) -> Call[Submitted]:
     """Always with an Idempotency-Key (a new uuid4 unless given), reused by every
     retry: a submission retried after a lost answer never makes a second job."""
@@ -166,6 +168,8 @@ def submit(
         body["model"] = model
     if metadata is not None:
         body["metadata"] = metadata
+    if webhook_url is not None:
+        body["webhook_url"] = webhook_url
     key = idempotency_key or str(uuid.uuid4())
     return Call(
         "POST",
@@ -236,6 +240,16 @@ def get(job_id: str) -> Call[Job]:
 
 def events(job_id: str) -> Call[JobHistory]:
     return Call("GET", f"/v1/generations/{_segment(job_id)}/events", _read_history)
+
+
+def rotate_webhook_secret() -> Call[WebhookSecret]:
+    """Not idempotent: each call makes a new secret (a retry after a lost answer would
+    rotate again, and the secret it answers with is the one that counts)."""
+
+    def read(response: httpx.Response) -> WebhookSecret:
+        return WebhookSecret.model_validate(response.json())
+
+    return Call("POST", "/v1/webhooks/secret", read, idempotent=False)
 
 
 def cancel(job_id: str) -> Call[Job]:

@@ -107,6 +107,14 @@ class Submitted(ApiModel):
     replayed: bool = False
 
 
+class WebhookSecret(ApiModel):
+    """A tenant's new webhook signing secret (``whsec_...``), shown once; the secret it
+    replaced keeps signing beside it for ``previous_valid_for_seconds``."""
+
+    secret: str
+    previous_valid_for_seconds: int = 0
+
+
 class SubmitItem(BaseModel):
     """One job for ``submit_many``: what ``submit`` takes, as one object. A plain dict
     with the same keys does as well."""
@@ -117,6 +125,8 @@ class SubmitItem(BaseModel):
     input: dict[str, Any]
     model: str | None = None
     metadata: dict[str, Any] | None = None
+    # Where to POST the outcome, signed (docs/getting-results.md).
+    webhook_url: str | None = None
     # A new uuid4 when absent, so a retried batch never makes a second job of it.
     idempotency_key: str | None = None
 
@@ -155,6 +165,7 @@ class Job(ApiModel):
     error: JobFailure | None = None
     cancel_requested: bool = False
     waiting: JobWait | None = None
+    webhook_url: str | None = None
 
     @property
     def terminal(self) -> bool:

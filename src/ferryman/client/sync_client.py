@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         Page,
         SubmitItem,
         Submitted,
+        WebhookSecret,
     )
     from ferryman.client.retrying import RetryNotice
 
@@ -115,11 +116,17 @@ class Client:
         model: str | None = None,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        webhook_url: str | None = None,
     ) -> Submitted:
         """Submit a job; retried with one Idempotency-Key, so it creates at most one job."""
         return self._run(
             calls.submit(
-                task, input, model=model, metadata=metadata, idempotency_key=idempotency_key
+                task,
+                input,
+                model=model,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                webhook_url=webhook_url,
             )
         )
 
@@ -170,6 +177,11 @@ class Client:
 
     def events(self, job_id: str) -> JobHistory:
         return self._run(calls.events(job_id))
+
+    def rotate_webhook_secret(self) -> WebhookSecret:
+        """Create or rotate this tenant's webhook signing secret; the answer holds it,
+        once. The secret it replaces keeps signing beside it for 24 hours."""
+        return self._run(calls.rotate_webhook_secret())
 
     def cancel(self, job_id: str) -> Job:
         return self._run(calls.cancel(job_id))

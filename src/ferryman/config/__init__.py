@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -53,6 +61,7 @@ from ferryman.config.sections import (
     ResultsSettings,
     RetrySettings,
     SimSettings,
+    WebhookSettings,
     SqliteSettings,
     SweeperSettings,
     TenantSettings,
@@ -86,6 +95,7 @@ __all__ = [
     "RetrySettings",
     "Settings",
     "SimSettings",
+    "WebhookSettings",
     "SqliteSettings",
     "SweeperSettings",
     "TaskSettings",
@@ -252,6 +262,11 @@ class Settings(BaseSettings):
     retries: RetrySettings = Field(default_factory=RetrySettings)
     sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
     sim: SimSettings = Field(default_factory=SimSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    # Seals tenants' webhook signing secrets at rest: one or more Fernet keys,
+    # comma-separated, the first sealing (webhooks/sealing.py). Unset: stored in clear,
+    # protected only by the database's own access control (docs/operations.md).
+    secret_key: SecretStr | None = None
     log: LogSettings = Field(default_factory=LogSettings)
 
     # Model providers and the aliases jobs name (ferryman.toml tables); the simulated

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ferryman.core.webhooks import DEFAULT_RETRY_SCHEDULE, parse_schedule
+
 _LOG_LEVELS = frozenset({"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"})
 
 
@@ -168,6 +170,35 @@ class SweeperSettings(_Section):
     retention_seconds: float | None = Field(default=None, gt=0)
 
 
+class WebhookSettings(_Section):
+    """``[webhooks]``: completion webhooks (docs/getting-results.md)."""
+
+    # Hosts (``host`` or ``host:port``, comma-separated) that may be called over http
+    # and at private addresses: internal receivers and tests. Every other webhook_url
+    # must be https to a public address.
+    allowed_hosts: str = ""
+    # Seconds from a failed attempt to the next, one per retry (core/webhooks.py).
+    retry_schedule: str = ",".join(f"{s:g}" for s in DEFAULT_RETRY_SCHEDULE)
+
+    @field_validator("allowed_hosts", "retry_schedule", mode="before")
+    @classmethod
+    def _list_as_text(cls, value: Any) -> Any:
+        # ferryman.toml may give a list; the variable gives comma-separated text.
+        if isinstance(value, list | tuple):
+            return ",".join(str(item) for item in value)
+        return value
+
+    @field_validator("retry_schedule")
+    @classmethod
+    def _parsable_schedule(cls, value: str) -> str:
+        parse_schedule(value)  # raises ValueError with the reason
+        return value
+
+    @property
+    def schedule(self) -> tuple[float, ...]:
+        return parse_schedule(self.retry_schedule)
+
+
 class SimSettings(_Section):
     """``[sim]``: the simulated model."""
 
@@ -261,6 +292,8 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "stalled_after_seconds": ("sweeper", "stalled_after_seconds"),
     "retention_seconds": ("sweeper", "retention_seconds"),
     "sim_scripts": ("sim", "scripts"),
+    "webhook_allowed_hosts": ("webhooks", "allowed_hosts"),
+    "webhook_retry_schedule": ("webhooks", "retry_schedule"),
     "log_level": ("log", "level"),
     "log_json": ("log", "json_lines"),
 }

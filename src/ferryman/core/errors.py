@@ -10,6 +10,7 @@
     │   ├── ForbiddenError              a non-admin key on the operations API
     │   ├── UnsupportedFieldError       a reserved field this version refuses
     │   ├── WebhookUrlRefusedError      a webhook_url ferryman will not call
+    │   ├── WebhookSecretRequiredError  a webhook_url from a tenant with no signing secret
     │   └── QuotaExceededError          a tenant's quota is used up
     │       ├── BacklogQuotaExceededError    too many unfinished jobs
     │       └── StorageQuotaExceededError    too many stored jobs
@@ -130,6 +131,13 @@ class WebhookUrlRefusedError(RequestError):
     addresses, or to hosts the operator allowed (FERRYMAN_WEBHOOK_ALLOWED_HOSTS)."""
 
     code = "webhook_url_refused"
+
+
+class WebhookSecretRequiredError(RequestError):
+    """A webhook_url needs this tenant's signing secret first: create it with
+    POST /v1/webhooks/secret (or `ferryman webhooks secret`), then submit again."""
+
+    code = "webhook_secret_required"
 
 
 class WebhookSecretUnreadableError(FerrymanError):

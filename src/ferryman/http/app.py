@@ -35,7 +35,17 @@ from ferryman.http.hot_path import SubmitHotPath
 from ferryman.http.openapi import install_openapi
 from ferryman.http.rate_lease import LeasedBudgets
 from ferryman.http.rate_limit import Budget, Policy, TenantBudgets
-from ferryman.http.routes import admin, admin_jobs, batch, health, jobs, keys, tasks, usage
+from ferryman.http.routes import (
+    admin,
+    admin_jobs,
+    batch,
+    health,
+    jobs,
+    keys,
+    tasks,
+    usage,
+    webhooks,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -47,6 +57,7 @@ if TYPE_CHECKING:
     from ferryman.services.jobs import JobQueries
     from ferryman.services.operations import Operations
     from ferryman.services.usage import UsageReports
+    from ferryman.services.webhooks import WebhookSecrets
     from ferryman.tasks import TaskRegistry
 
 DEFAULT_MAX_BODY_BYTES = 262_144
@@ -84,6 +95,8 @@ class AppDeps:
     # Where the per-tenant budgets live when many API processes must share them (the
     # engine's, on PostgreSQL); None keeps them in this process (http/rate_limit.py).
     shared_limits: SharedLimits | None = None
+    # Webhook signing secrets (POST /v1/webhooks/secret); None: webhooks not offered.
+    webhook_secrets: WebhookSecrets | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1 or self.max_batch_body_bytes < 1:
@@ -145,6 +158,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(keys.router)
     app.include_router(usage.router)
     app.include_router(health.router)
+    app.include_router(webhooks.router)
     tasks.install(app, deps.tasks, sim_scripts=deps.intake.sim_scripts)
     install_openapi(
         app,

@@ -255,9 +255,13 @@ def _item(
         return InvalidRequestError(
             errors=[{"loc": [*where, *error["loc"]], "msg": error["msg"]} for error in errors]
         )
-    except RequestError as exc:  # a reserved field (webhook_url)
-        return exc
-    request = SubmitRequest(task=job.task, input=job.input, model=job.model, metadata=job.metadata)
+    request = SubmitRequest(
+        task=job.task,
+        input=job.input,
+        model=job.model,
+        metadata=job.metadata,
+        webhook_url=job.webhook_url,
+    )
     return BatchItem(request=request, idempotency_key=job.idempotency_key)
 
 

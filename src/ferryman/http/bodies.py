@@ -12,7 +12,8 @@ and pydantic's echo of the offending input never reaches a response.
 - JSON holding text no engine can store: 422 ``invalid_request`` with the ``loc`` of
   the first such string (see ``first_invalid_text``), before any model sees it.
 - JSON that breaks the model: 422 ``invalid_request`` with each field's ``loc``.
-- A reserved field (``webhook_url``): 422 ``unsupported_field``, whatever its value.
+- A ``webhook_url`` over 2,048 characters: 422 ``invalid_request``; one ferryman
+  will not call: 422 ``webhook_url_refused`` (services/intake.py, after the body).
 
 The OpenAPI document describes the submission body per task (``describe_task_bodies``):
 a ``oneOf`` of one GenerationRequest per registered task, keyed by ``task``, whose
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from ferryman.core.errors import InvalidRequestError, UnsupportedFieldError
+from ferryman.core.errors import InvalidRequestError
 from ferryman.core.idempotency import canonical_json
 from ferryman.http.errors import UnsupportedMediaTypeError
 from ferryman.ports.control import Switch
@@ -44,8 +45,7 @@ MAX_METADATA_BYTES = 4096
 # Lone surrogates cannot be encoded as UTF-8 (hashing, storage and responses all fail);
 # NUL ends a C string and PostgreSQL text refuses it.
 _INVALID_TEXT = re.compile("[\x00\ud800-\udfff]")
-# Until signed webhooks exist these fields are refused, never stored or hashed (docs/reference.md).
-RESERVED_FIELDS = ("webhook_url",)
+MAX_WEBHOOK_URL_CHARS = 2048
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -57,20 +57,16 @@ class GenerationRequest(BaseModel):
     input: dict[str, Any]
     model: str | None = Field(default=None, min_length=1, max_length=256)
     metadata: dict[str, Any] | None = None
-    # Always None: _refuse_reserved turns any webhook_url away before validation.
-    webhook_url: SkipJsonSchema[None] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_reserved(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in RESERVED_FIELDS:
-                if name in data:
-                    # Not a ValueError, so pydantic lets it through as it is.
-                    raise UnsupportedFieldError(
-                        f"{name} is reserved and not supported yet; send the request without it"
-                    )
-        return data
+    webhook_url: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_WEBHOOK_URL_CHARS,
+        description=(
+            "Where to POST the job's outcome once it is finished, signed as Standard "
+            "Webhooks define it (docs/getting-results.md): an https URL of a public "
+            "host, or a host the operator allowed. Part of the idempotency fingerprint."
+        ),
+    )
 
     @field_validator("metadata")
     @classmethod

@@ -43,6 +43,9 @@ from ferryman.core.errors import (
     StorageQuotaExceededError,
     StoreUnavailableError,
     UnsupportedFieldError,
+    WebhookSecretRequiredError,
+    WebhookSecretUnreadableError,
+    WebhookUrlRefusedError,
 )
 from ferryman.http.errors import (
     RateLimitedError,
@@ -65,6 +68,8 @@ STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
     IdempotencyKeyMismatchError: (422, "Idempotency-Key reused with a different request"),
     InvalidIdempotencyKeyError: (400, "Invalid Idempotency-Key header"),
     UnsupportedFieldError: (422, "Unsupported field"),
+    WebhookUrlRefusedError: (422, "Webhook URL refused"),
+    WebhookSecretRequiredError: (422, "Webhook signing secret required"),
     PayloadTooLargeError: (413, "Request body too large"),
     UnsupportedMediaTypeError: (415, "Unsupported media type"),
     RequestTimeoutError: (408, "Request timeout"),
@@ -85,6 +90,7 @@ STATUS_TABLE: dict[type[FerrymanError], tuple[int, str]] = {
     ResultsUnavailableError: (503, "Result store unavailable"),
     BackendUnavailableError: (503, "Service unavailable"),
     ResultUnreadableError: (500, "Stored result unreadable"),
+    WebhookSecretUnreadableError: (500, "Webhook signing secret unreadable"),
     TooManyConnectionsError: (503, "Too many connections"),
 }
 

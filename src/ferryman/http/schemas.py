@@ -299,6 +299,15 @@ class CreatedApiKey(ApiKey):
     key: str = Field(description="The whole key: shown this once, never again.")
 
 
+class WebhookSecret(_Body):
+    secret: str = Field(
+        description="The tenant's new signing secret, whsec_ and base64: shown this once."
+    )
+    previous_valid_for_seconds: int = Field(
+        description="How long the secret it replaced keeps signing beside it (86,400)."
+    )
+
+
 class RevokedApiKey(ApiKey):
     already_revoked: bool
 

@@ -155,7 +155,16 @@ def job_detail_body(view: JobView) -> dict[str, Any]:
     return {
         **job_body(view.job, result_json=view.result_json),
         "waiting": waiting_body(view.waiting),
+        "webhook_url": view.job.webhook_url,
     }
+
+
+def webhook_event_body(event_type: str, timestamp: float, view: JobView) -> bytes:
+    """A completion webhook's body: the event's type and time, and the job exactly as
+    GET /v1/generations/{id} answers (with its result when it succeeded)."""
+    return orjson.dumps(
+        {"type": event_type, "timestamp": rfc3339(timestamp), "data": job_detail_body(view)}
+    )
 
 
 def waiting_body(pause: ProviderPause | None) -> dict[str, Any] | None:

@@ -325,9 +325,14 @@ class JobUpkeep(Protocol):
         """Which of these jobs still exist."""
         ...
 
-    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
+    async def webhooks_due(
+        self, *, now: float, limit: int, skip_tenants: Collection[str] = ()
+    ) -> list[Job]:
         """Up to ``limit`` jobs whose completion webhook is owed and due
-        (``webhook_due_at`` at or before now), earliest due first: the dispatcher's
+        (``webhook_due_at`` at or before now), earliest due first, leaving out the
+        tenants in ``skip_tenants`` (those whose receivers already hold all the
+        deliveries the dispatcher gives one tenant at a time, so that one slow
+        receiver's backlog never hides other tenants' notifications): the dispatcher's
         scan (services/webhooks.py). Read through an index of owed notifications
         only, never a scan of every job."""
         ...

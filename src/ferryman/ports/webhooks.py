@@ -51,6 +51,10 @@ class WebhookSender(Protocol):
         is not read. Never raises for what the receiver or the network did."""
         ...
 
+    async def aclose(self) -> None:
+        """Close its connections (the dispatcher does, when it stops)."""
+        ...
+
 
 class SecretSealer(Protocol):
     """Seals signing secrets at rest (FERRYMAN_SECRET_KEY) and opens them to sign."""

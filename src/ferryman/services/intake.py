@@ -22,6 +22,8 @@ from ferryman.core.errors import (
     RequestError,
     StorageQuotaExceededError,
     StoreUnavailableError,
+    UnsupportedFieldError,
+    WebhookSecretRequiredError,
 )
 from ferryman.core.idempotency import canonical_json, request_fingerprint, validate_idempotency_key
 from ferryman.core.ids import new_correlation_id, new_job_id
@@ -38,8 +40,10 @@ if TYPE_CHECKING:
     from ferryman.ports.control import ControlStore
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.store import JobReads
+    from ferryman.ports.webhooks import WebhookUrlCheck
     from ferryman.services.catalog import ModelCatalog
     from ferryman.services.ledger import JobLedger
+    from ferryman.services.webhooks import WebhookSecrets
     from ferryman.tasks import TaskRegistry
 
 log = structlog.get_logger("ferryman.intake")
@@ -77,6 +81,7 @@ class SubmitRequest:
     input: dict[str, Any]
     model: str | None = None
     metadata: dict[str, Any] | None = None
+    webhook_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,8 @@ class Intake:
         catalog: ModelCatalog | None = None,
         quotas: TenantQuotas | None = None,
         sim_scripts: bool,
+        webhook_urls: WebhookUrlCheck | None = None,
+        webhook_secrets: WebhookSecrets | None = None,
     ) -> None:
         self._store = store
         self._ledger = ledger
@@ -187,6 +194,9 @@ class Intake:
         self._usage = UsageEstimates()
         self._sim_scripts = sim_scripts
         self._told_operator_about_scripts = False
+        # Both or neither: a server without them refuses webhook_url (unsupported_field).
+        self._webhook_urls = webhook_urls
+        self._webhook_secrets = webhook_secrets
 
     def _refuse_sim_script(self) -> NoReturn:
         # The tenant learns that scripts are off and who can turn them on; the operator's
@@ -236,6 +246,9 @@ class Intake:
         if Switch.INTAKE in await self._control.paused():
             raise PausedError(retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS)
         correlation_id = correlation_id or new_correlation_id()
+        refused = await self._refused_webhook_urls(tenant_id, items)
+        if refused:
+            items = [_refused_item(item, refused) for item in items]
         usage = await self._batch_usage(tenant_id)
         outcomes: list[BatchOutcome] = []
         writing: asyncio.Future[list[BatchOutcome]] | None = None
@@ -275,6 +288,8 @@ class Intake:
         correlation_id: str,
         traceparent: str | None,
     ) -> Job | RequestError:
+        if isinstance(item, _RefusedItem):
+            return item.refusal
         try:
             if item.idempotency_key is not None:
                 validate_idempotency_key(item.idempotency_key)
@@ -360,6 +375,8 @@ class Intake:
         if idempotency_key is not None:
             validate_idempotency_key(idempotency_key)
         job = self._new_job(tenant_id, request, idempotency_key, correlation_id, traceparent)
+        if job.webhook_url is not None:
+            await self._check_webhook_url(tenant_id, job.webhook_url)
         await self._check_quotas(tenant_id)
         now = job.created_at
         expires_at = now + self._retention_seconds if idempotency_key is not None else None
@@ -390,9 +407,12 @@ class Intake:
         model = request.model or task.default_model
         self._check_model(model)
         metadata = _checked_metadata(request.metadata)
+        webhook_url = request.webhook_url
+        if webhook_url is not None:
+            self._webhook_syntax(webhook_url)
         # The fingerprint's layout is fixed forever (stored keys must keep matching):
-        # webhook_url was part of it before it was refused, always as null.
-        options: dict[str, Any] = {"metadata": metadata, "webhook_url": None}
+        # webhook_url is null for a job without one, as it was before webhooks existed.
+        options: dict[str, Any] = {"metadata": metadata, "webhook_url": webhook_url}
         now = self._clock.now()
         return Job(
             tenant_id=tenant_id,
@@ -409,7 +429,41 @@ class Intake:
             traceparent=traceparent,
             created_at=now,
             updated_at=now,
+            webhook_url=webhook_url,
         )
+
+    def _webhook_syntax(self, url: str) -> None:
+        """What the URL's text alone refuses (no lookup: cheap enough for a batch)."""
+        if self._webhook_urls is None:
+            raise UnsupportedFieldError("webhooks are not offered by this server")
+        self._webhook_urls.check_syntax(url)
+
+    async def _check_webhook_url(self, tenant_id: str, url: str) -> None:
+        """The tenant can be told (it has a signing secret) and the URL may be called
+        (its host resolves to addresses ferryman may reach): before anything is stored."""
+        if self._webhook_urls is None or self._webhook_secrets is None:
+            raise UnsupportedFieldError("webhooks are not offered by this server")
+        if not await self._webhook_secrets.has_secret(tenant_id):
+            raise WebhookSecretRequiredError()
+        await self._webhook_urls.check(url)
+
+    async def _refused_webhook_urls(
+        self, tenant_id: str, items: Sequence[BatchItem]
+    ) -> dict[str, RequestError]:
+        """Each distinct webhook_url of a batch checked once, the lookups at once; the
+        refused ones with their refusal."""
+        urls = {i.request.webhook_url for i in items if i.request.webhook_url is not None}
+        if not urls:
+            return {}
+        checks = [self._check_webhook_url(tenant_id, url) for url in urls]
+        outcomes = await asyncio.gather(*checks, return_exceptions=True)
+        refused: dict[str, RequestError] = {}
+        for url, outcome in zip(urls, outcomes, strict=True):
+            if isinstance(outcome, RequestError):
+                refused[url] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return refused
 
     async def _check_quotas(self, tenant_id: str) -> None:
         """A tenant over its quota is refused before anything is stored. The count may be a
@@ -460,6 +514,20 @@ class Intake:
         await self._queue.send(QueueMessage.for_job(job))
         await self._ledger.mark_dispatched(job.job_id, now=self._clock.now(), known=job)
         return dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED)
+
+
+@dataclass(frozen=True, slots=True)
+class _RefusedItem(BatchItem):
+    """A batch item whose webhook_url was refused: its outcome is that refusal."""
+
+    refusal: RequestError = dataclasses.field(default_factory=RequestError)
+
+
+def _refused_item(item: BatchItem, refused: dict[str, RequestError]) -> BatchItem:
+    url = item.request.webhook_url
+    if url is None or url not in refused:
+        return item
+    return _RefusedItem(item.request, item.idempotency_key, refusal=refused[url])
 
 
 def _checked_metadata(metadata: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -514,6 +514,50 @@ class JobLedger:
         )
         return job
 
+    async def claim_webhook(self, job: Job, *, now: float, lease_until: float) -> Job | None:
+        """Take the job's owed notification for one delivery attempt (``job``: as the
+        dispatcher's scan read it). The job as claimed, or None when nothing is due any
+        more (another dispatcher took it, it was delivered, or the job is gone)."""
+        try:
+            claimed, _ = await self._mutate(
+                job.job_id,
+                lambda current: changes.claim_webhook(current, now=now, lease_until=lease_until),
+                known=job,
+            )
+        except (JobNotFoundError, IllegalTransitionError):
+            return None
+        return claimed
+
+    async def record_webhook_attempt(
+        self,
+        job_id: str,
+        *,
+        now: float,
+        event_seq: int,
+        attempt_no: int,
+        delivered: bool,
+        next_due_at: float | None,
+        detail: dict[str, Any],
+    ) -> bool:
+        """Record a delivery attempt's outcome (core.changes.webhook_attempted). False
+        when the attempt no longer owned the notification or the job is gone."""
+        try:
+            _, change = await self._mutate(
+                job_id,
+                lambda job: changes.webhook_attempted(
+                    job,
+                    now=now,
+                    event_seq=event_seq,
+                    attempt_no=attempt_no,
+                    delivered=delivered,
+                    next_due_at=next_due_at,
+                    detail=detail,
+                ),
+            )
+        except JobNotFoundError:
+            return False
+        return change is not None
+
     async def record_event(
         self, job_id: str, kind: EventKind, *, now: float, detail: dict[str, Any] | None = None
     ) -> None:

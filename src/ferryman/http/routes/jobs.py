@@ -18,7 +18,8 @@ from ferryman.core.errors import (
     ResultUnreadableError,
     StateConflictError,
     StorageQuotaExceededError,
-    UnsupportedFieldError,
+    WebhookSecretRequiredError,
+    WebhookUrlRefusedError,
 )
 from ferryman.core.job import JobStatus
 from ferryman.http.auth import Tenant, app_deps, authenticate
@@ -61,7 +62,8 @@ router = APIRouter(prefix="/v1/generations", tags=["generations"])
         errors=(
             InvalidIdempotencyKeyError,
             IdempotencyKeyMismatchError,
-            UnsupportedFieldError,
+            WebhookUrlRefusedError,
+            WebhookSecretRequiredError,
             BacklogQuotaExceededError,
             StorageQuotaExceededError,
             PausedError,
@@ -84,6 +86,7 @@ async def submit(request: Request) -> JSONResponse:
             input=body.input,
             model=body.model,
             metadata=body.metadata,
+            webhook_url=body.webhook_url,
         ),
         idempotency_key=request.headers.get("idempotency-key"),
         correlation_id=info.correlation_id,
