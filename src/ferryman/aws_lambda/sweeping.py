@@ -34,6 +34,7 @@ import structlog
 
 from ferryman.aws_lambda.warm import WarmContainer
 from ferryman.config import load_settings
+from ferryman.http.views import webhook_event_body
 from ferryman.observability.logging import describe_exception, flush_logs
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
     from ferryman.config import Settings
     from ferryman.services.sweeper import Sweeper, SweepReport
+    from ferryman.services.webhooks import WebhookDispatcher
     from ferryman.wiring import Runtime
 
 log = structlog.get_logger("ferryman.lambda")
@@ -68,6 +70,9 @@ class SweepSummary:
     redispatched: int = 0
     purged: int = 0
     undecodable: int = 0
+    # Completion webhook attempts started (a Lambda deployment has no worker process
+    # to send them: this function does, each round).
+    webhooks: int = 0
 
     def add(self, report: SweepReport) -> None:
         self.rounds += 1
@@ -87,6 +92,7 @@ class SweepContainer(WarmContainer):
     def __init__(self, *, settings: Callable[[], Settings] = load_settings) -> None:
         super().__init__(settings=settings)
         self._sweeper: Sweeper | None = None
+        self._dispatcher: WebhookDispatcher | None = None
         self._interval_seconds = 0.0
 
     def invoke(self, event: Any, context: Any) -> dict[str, int]:
@@ -105,6 +111,7 @@ class SweepContainer(WarmContainer):
 
     def _forget(self) -> None:
         self._sweeper = None
+        self._dispatcher = None
 
     async def _invoke(self, context: Any, summary: SweepSummary) -> None:
         time_left = _time_left(context)
@@ -117,10 +124,12 @@ class SweepContainer(WarmContainer):
             )
             return
         sweeper = await self._opened()
+        assert self._dispatcher is not None  # opened with the sweeper
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
             await _round(sweeper, summary, time_left)
+            await _send_webhooks(self._dispatcher, summary, time_left)
             if time_left is None:
                 return  # no deadline to sweep up to (a local run): one round
             wait = max(0.0, self._interval_seconds - (loop.time() - started))
@@ -134,6 +143,7 @@ class SweepContainer(WarmContainer):
 
         async def build(runtime: Runtime) -> Sweeper:
             self._interval_seconds = runtime.settings.sweeper.interval_seconds
+            self._dispatcher = runtime.new_webhook_dispatcher(webhook_event_body)
             return runtime.new_sweeper()
 
         # It calls no model.
@@ -162,6 +172,20 @@ async def _round(
             redispatched=report.redispatched,
             purged=report.purged,
         )
+
+
+async def _send_webhooks(
+    dispatcher: WebhookDispatcher, summary: SweepSummary, time_left: Callable[[], float] | None
+) -> None:
+    """The due webhook attempts, sent and recorded (each at most 10 s; one cut short by
+    the invocation's end is sent again once its claim ends)."""
+    budget = None if time_left is None else max(0.0, time_left() - RETURN_SECONDS)
+    try:
+        async with asyncio.timeout(budget):
+            summary.webhooks += await dispatcher.dispatch_once()
+            await dispatcher.drain()
+    except Exception as exc:  # noqa: BLE001 - looked at again next round
+        log.warning("webhooks.scan_failed", **describe_exception(exc))
 
 
 def _time_left(context: Any) -> Callable[[], float] | None:

@@ -86,6 +86,8 @@ class World:
     lease: LeasePolicy
     max_receives: int = 10
     workers: list[Worker] = field(default_factory=list)
+    # The engine the world runs on, for the ports no service above holds (webhook secrets).
+    engine: Engine | None = None
 
     def worker(self, **overrides: Any) -> Worker:
         options: dict[str, Any] = {
@@ -262,6 +264,7 @@ def _world(
         retry=retry or RetryPolicy(initial_interval_seconds=1.0, maximum_interval_seconds=10.0),
         lease=lease or LeasePolicy(lease_seconds=60, visibility_timeout_seconds=60),
         max_receives=max_receives,
+        engine=engine,
     )
 
 
