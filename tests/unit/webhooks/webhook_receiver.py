@@ -112,6 +112,10 @@ class Receiver:
             self.client_closed.set()
         except ConnectionError:
             self.client_closed.set()
+        except asyncio.CancelledError:
+            # The teardown stops handlers; asyncio 3.11 would log a cancelled one as an
+            # error in its callback, so the handler ends as if it returned.
+            return
         finally:
             self._tasks.discard(task)
             writer.close()
