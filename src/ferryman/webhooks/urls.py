@@ -139,6 +139,8 @@ class WebhookUrlGuard:
         allowed_hosts: the operator's allowed hosts (``parse_allowed_hosts``).
         resolver: ``async (host, port) -> addresses``; the event loop's getaddrinfo
             unless a test injects another.
+        resolve_timeout_seconds: a name that has not resolved by then is refused (a
+            slow name server must not hold a submit for its own retries' length).
     """
 
     def __init__(
@@ -146,9 +148,11 @@ class WebhookUrlGuard:
         allowed_hosts: Iterable[AllowedHost] = (),
         *,
         resolver: Resolver = resolve_with_loop,
+        resolve_timeout_seconds: float = 5.0,
     ) -> None:
         self._allowed = frozenset(allowed_hosts)
         self._resolve = resolver
+        self._resolve_timeout_seconds = resolve_timeout_seconds
 
     def check_syntax(self, url: str) -> None:
         """Raise WebhookUrlRefusedError for a URL refused by its text alone."""
@@ -179,7 +183,10 @@ class WebhookUrlGuard:
 
     async def _addresses(self, host: str, port: int) -> list[Address]:
         try:
-            answers = await self._resolve(host, port)
+            async with asyncio.timeout(self._resolve_timeout_seconds):
+                answers = await self._resolve(host, port)
+        except TimeoutError:
+            raise WebhookUrlRefusedError("webhook_url's host did not resolve in time") from None
         except (OSError, UnicodeError):
             raise WebhookUrlRefusedError("webhook_url's host does not resolve") from None
         addresses: list[Address] = []

@@ -3,6 +3,8 @@ refused address refuses it), and what the operator's allowed hosts change."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from webhook_receiver import FakeResolver
 
@@ -285,3 +287,14 @@ def test_a_malformed_allowed_host_is_a_clear_error(entry: str) -> None:
         parse_allowed_hosts(f"ok.internal,{entry}")
     assert repr(entry) in str(caught.value)
     assert "host:port" in str(caught.value)
+
+
+async def test_a_name_that_resolves_too_slowly_is_refused() -> None:
+    never = asyncio.Event()
+
+    async def stalled(host: str, port: int) -> list[str]:
+        await never.wait()
+        return [PUBLIC]
+
+    g = WebhookUrlGuard(resolver=stalled, resolve_timeout_seconds=0.05)
+    assert "did not resolve in time" in await refused_at_check("https://slow.example/", g)
