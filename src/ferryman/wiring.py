@@ -542,7 +542,7 @@ def webhook_guard(settings: Settings) -> WebhookUrlGuard:
     try:
         allowed = parse_allowed_hosts(settings.webhooks.allowed_hosts)
     except ValueError as exc:
-        raise ConfigurationError(f"FERRYMAN_WEBHOOK_ALLOWED_HOSTS: {exc}") from None
+        raise ConfigurationError(str(exc)) from None
     return WebhookUrlGuard(allowed)
 
 
