@@ -1,6 +1,6 @@
 """The webhook outbox on DynamoDB: the four fields on the job's item, the ``webhooks``
-index that holds only owed notifications, the dispatcher's read of it, and retention
-that keeps an owed job.
+index that holds only owed notifications, the dispatcher's read of it, retention that
+keeps an owed job, and the tenants' signing secrets.
 
 Jobs move through the ledger's verbs as the services move them, and the webhook's own
 transitions (core/changes.py's claim_webhook, webhook_attempted) through the store's
@@ -20,12 +20,14 @@ from ferryman.adapters.aws import layout, store_upkeep
 from ferryman.adapters.aws.clients import open_clients
 from ferryman.adapters.aws.location import parse_aws_url
 from ferryman.adapters.aws.store import DynamoJobStore
+from ferryman.adapters.aws.webhook_secrets import DynamoWebhookSecretStore
 from ferryman.core import changes
 from ferryman.core.clock import FakeClock
 from ferryman.core.errors import IllegalTransitionError
 from ferryman.core.idempotency import request_fingerprint
 from ferryman.core.ids import new_attempt_id, new_correlation_id, new_job_id
 from ferryman.core.job import AttemptOutcome, AttemptReport, EventKind, Job, JobStatus
+from ferryman.ports.webhooks import StoredSecret
 from ledger_reads import LedgerWithReads
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ OUTBOX = ("webhook_url", "webhook_due_at", "webhook_attempts", "webhook_event_se
 class Stack:
     port: DynamoJobStore
     store: LedgerWithReads
+    secrets: DynamoWebhookSecretStore
     clock: FakeClock
 
     def now(self) -> float:
@@ -128,6 +131,7 @@ async def stack(aws_url: str) -> AsyncIterator[Stack]:
         yield Stack(
             port=port,
             store=LedgerWithReads(port),
+            secrets=DynamoWebhookSecretStore(clients, table),
             clock=clock,
         )
 
@@ -332,3 +336,29 @@ async def test_purge_keeps_a_job_whose_webhook_is_owed_until_it_is_settled(
     assert await stack.attempted(given_up, delivered=False, next_due_at=None)
     assert await stack.port.purge_finished(completed_before=stack.now(), limit=10) == [owed]
     assert await stack.port.get(owed) is None
+
+
+# --- signing secrets ---------------------------------------------------------------------
+
+
+async def test_a_tenant_s_secrets_round_trip_and_a_rotation_replaces_them(stack: Stack) -> None:
+    first = StoredSecret(tenant_id="t1", current="sealed-1", created_at=1_700_000_000.25)
+    rotated = StoredSecret(
+        tenant_id="t1",
+        current="sealed-2",
+        created_at=1_700_000_100.5,
+        previous="sealed-1",
+        previous_until=1_700_086_500.75,
+    )
+    assert await stack.secrets.get_secret("t1") is None
+
+    await stack.secrets.put_secret(first)
+    assert await stack.secrets.get_secret("t1") == first
+    await stack.secrets.put_secret(rotated)
+    assert await stack.secrets.get_secret("t1") == rotated
+    await stack.secrets.put_secret(dataclasses.replace(rotated, previous=None, previous_until=None))
+
+    assert await stack.secrets.get_secret("t1") == dataclasses.replace(
+        rotated, previous=None, previous_until=None
+    )
+    assert await stack.secrets.get_secret("t2") is None

@@ -15,6 +15,8 @@ Item kinds (pk / sk):
 - the per-tenant counters, sharded so no single item takes a tenant's every write:
   ``usage#<tenant>`` / ``shard#<n>``;
 - the readiness probe's item: ``probe`` / ``probe``;
+- a tenant's webhook signing secrets, sealed: ``webhook_secret#<tenant>`` / ``secret``
+  (webhook_secrets.py);
 - a purge marker: ``purging`` / ``<job_id>``, written in the transaction that deletes
   a job whose history is over one transaction's room, deleted once the rest is gone
   (store_upkeep.py: a purge stopped in between is finished by the next);
