@@ -11,7 +11,12 @@ from ferryman.adapters.aws.drift import (
     queue_disagreements,
     table_disagreements,
 )
-from ferryman.adapters.aws.layout import INDEX_ALL_JOBS, INDEX_BY_TENANT, table_definition
+from ferryman.adapters.aws.layout import (
+    INDEX_ALL_JOBS,
+    INDEX_BY_TENANT,
+    INDEX_WEBHOOKS,
+    table_definition,
+)
 
 TTL_ON = {"TimeToLiveStatus": "ENABLED", "AttributeName": "ttl"}
 DLQ_ARN = "arn:aws:sqs:us-east-1:123456789012:app-jobs-dlq"
@@ -54,6 +59,18 @@ def test_an_include_projection_missing_attributes_is_named_and_all_is_enough() -
 
     assert table_disagreements(described, TTL_ON) == [
         f"table app: index {INDEX_BY_TENANT} does not project task; it should"
+    ]
+
+
+def test_a_table_made_before_webhooks_is_told_to_add_their_index() -> None:
+    described = _described()
+    described["GlobalSecondaryIndexes"] = [
+        i for i in described["GlobalSecondaryIndexes"] if i["IndexName"] != INDEX_WEBHOOKS
+    ]
+
+    assert table_disagreements(described, TTL_ON) == [
+        f"table app: index {INDEX_WEBHOOKS} is missing; it should exist with keys "
+        "wpk (HASH), wsk (RANGE)"
     ]
 
 

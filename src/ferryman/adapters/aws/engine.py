@@ -1,7 +1,7 @@
 """The AWS engine's entry in the registry (engines.py): its URL, opener and prober.
 
 ``aws://NAME`` opens DynamoDB (jobs, keys, switches, audit, shared limits, results
-kept "in the database"), SQS (the job queue and its dead-letter queue) over one set
+kept "in the database", webhook signing secrets), SQS (the job queue and its dead-letter queue) over one set
 of aiobotocore clients, closed together. Nothing is created here: ``ferryman
 migrate`` makes the table and queues (adapters/aws/provision.py), so a process that
 only serves never needs the rights to create them.
@@ -43,6 +43,7 @@ async def open_engine(url: str, clock: Clock, options: EngineOptions) -> AsyncIt
     from ferryman.adapters.aws.queue import SqsJobQueue
     from ferryman.adapters.aws.results_db import DynamoResultStore
     from ferryman.adapters.aws.store import DynamoJobStore
+    from ferryman.adapters.aws.webhook_secrets import DynamoWebhookSecretStore
 
     location = parse_aws_url(url)
     async with open_clients() as clients:
@@ -58,6 +59,7 @@ async def open_engine(url: str, clock: Clock, options: EngineOptions) -> AsyncIt
                 keys=DynamoApiKeyStore(clients, location.table),
                 control=DynamoControlStore(clients, location.table),
                 results=DynamoResultStore(clients, location.table),
+                webhook_secrets=DynamoWebhookSecretStore(clients, location.table),
                 limits=DynamoSharedLimits(clients, location.table),
                 database=clients,
             )

@@ -131,9 +131,12 @@ def job_bytes(job: Job) -> int:
 
 def sweep_keys(job: Job) -> tuple[str, str] | None:
     """The job's place in the sweep index (layout.py), or None when nothing looks for
-    it: a QUEUED job whose message was sent is driven by that message."""
+    it: a QUEUED job whose message was sent is driven by that message, and a finished
+    job whose webhook is owed is the dispatcher's (retention keeps it until then)."""
     shard = layout.shard_of(job.job_id, layout.SWEEP_SHARDS)
     if job.status.terminal:
+        if job.webhook_due_at is not None:
+            return None
         done = job.completed_at if job.completed_at is not None else job.updated_at
         partition = layout.sweep_partition("done", shard)
         return partition, f"{layout.sortable_time(done)}#{job.job_id}"
@@ -143,13 +146,22 @@ def sweep_keys(job: Job) -> tuple[str, str] | None:
     return partition, f"{layout.sortable_time(job.updated_at)}#{job.job_id}"
 
 
+# The webhook fields of a job (core/job.py). job_rows may list them among the columns
+# or not: the item's form of them is webhook_values', whichever it does.
+WEBHOOK_FIELDS = ("webhook_url", "webhook_due_at", "webhook_attempts", "webhook_event_seq")
+
+
 def job_update_values(job: Job) -> dict[str, Any]:
     """The attributes a change may move, None for those it removes: the SQL engines'
     update columns (adapters/job_rows.py: a job's input, metadata, task and model never
     change after it is stored, so no update writes them again), the error code lists
-    filter on, and the job's place in the sweep and dead-letter indexes."""
+    filter on, the webhook outbox, and the job's place in the sweep, dead-letter and
+    webhook indexes."""
     values = job_update_params(job)
     del values["job_id"]  # the item's key
+    for name in WEBHOOK_FIELDS:
+        values.pop(name, None)
+    values.update(webhook_values(job))
     sweep = sweep_keys(job)
     values["error_code"] = None if job.error is None else job.error.code
     values["spk"] = None if sweep is None else sweep[0]
@@ -159,6 +171,25 @@ def job_update_values(job: Job) -> dict[str, Any]:
     values["lpk"] = layout.dead_letter_partition(shard) if dead else None
     values["lsk"] = job.job_id if dead else None
     return values
+
+
+def webhook_values(job: Job) -> dict[str, Any]:
+    """The webhook outbox as a change writes it, with the job's place in the webhook
+    index while a notification is owed. A job without a ``webhook_url`` never owes one:
+    none of it is written, so such a job's item and every write of it weigh what they
+    did before webhooks (a write costs a unit per KB). ``webhook_url`` is fixed at
+    intake (job_item writes it)."""
+    if job.webhook_url is None:
+        return {}
+    due = job.webhook_due_at
+    shard = layout.shard_of(job.job_id, layout.WEBHOOK_SHARDS)
+    return {
+        "webhook_due_at": due,
+        "webhook_attempts": job.webhook_attempts,
+        "webhook_event_seq": job.webhook_event_seq,
+        "wpk": None if due is None else layout.webhook_partition(shard),
+        "wsk": None if due is None else f"{layout.sortable_time(due)}#{job.job_id}",
+    }
 
 
 def is_dead_letter(status: JobStatus | None, error_code: str | None) -> bool:
@@ -172,7 +203,10 @@ def job_item(job: Job) -> Item:
     # The input is input_item's: not encoded here too (a prompt may be 350 KB).
     values = job_params(dataclasses.replace(job, input={}))
     del values["input"]
+    for name in WEBHOOK_FIELDS:
+        values.pop(name, None)
     values.update(job_update_values(job))
+    values["webhook_url"] = job.webhook_url
     values.update(
         {
             "pk": layout.job_pk(job.job_id),
@@ -242,6 +276,10 @@ def job_from_items(item: Item, stored_input: Item) -> Job:
         error=_error(item),
         traceparent=_s(item, "traceparent"),
         completed_at=_float(item, "completed_at"),
+        webhook_url=_s(item, "webhook_url"),
+        webhook_due_at=_float(item, "webhook_due_at"),
+        webhook_attempts=_int(item, "webhook_attempts") or 0,
+        webhook_event_seq=_int(item, "webhook_event_seq") or 0,
     )
 
 

@@ -15,6 +15,8 @@ Item kinds (pk / sk):
 - the per-tenant counters, sharded so no single item takes a tenant's every write:
   ``usage#<tenant>`` / ``shard#<n>``;
 - the readiness probe's item: ``probe`` / ``probe``;
+- a tenant's webhook signing secrets, sealed: ``webhook_secret#<tenant>`` / ``secret``
+  (webhook_secrets.py);
 - a purge marker: ``purging`` / ``<job_id>``, written in the transaction that deletes
   a job whose history is over one transaction's room, deleted once the rest is gone
   (store_upkeep.py: a purge stopped in between is finished by the next);
@@ -33,7 +35,13 @@ Indexes (every one sparse: an item is in an index only while it has that index's
   ATTEMPT_DAY_SHARDS partitions (``day#<YYYY-MM-DD>#<n>`` / ``<tenant>#<attempt_id>``);
 - ``dead_letters``: the jobs failed because their message was dead-lettered, over
   DEAD_LETTER_SHARDS partitions (``dead#<n>`` / job id): the operators' dead-letter
-  list reads these few jobs, not every job there is.
+  list reads these few jobs, not every job there is;
+- ``webhooks``: the finished jobs whose completion webhook is owed (ports/store.py's
+  webhook outbox), over WEBHOOK_SHARDS partitions (``hook#<n>`` /
+  ``<due time>#<job_id>``), so the dispatcher reads what is due, earliest first, and
+  never a job that owes nothing. A job is in it exactly while its ``webhook_due_at`` is
+  set, and meanwhile out of the sweep index's ``done`` partitions (retention keeps an
+  owed job: the purge never sees it until its notification is delivered or given up).
 
 A shard is chosen from the item's own id (crc32, stable across processes), so a job's
 every write lands on the same shard of each sharded thing: its create and its finish
@@ -56,12 +64,17 @@ INDEX_ALL_JOBS = "all_jobs"
 INDEX_SWEEP = "sweep"
 INDEX_ATTEMPTS = "attempts_by_day"
 INDEX_DEAD_LETTERS = "dead_letters"
+INDEX_WEBHOOKS = "webhooks"
 
 ALL_JOBS_SHARDS = 16
 SWEEP_SHARDS = 16
 ATTEMPT_DAY_SHARDS = 8
 # Dead letters are few, but a queue emptied into the DLQ at once brings many together.
 DEAD_LETTER_SHARDS = 4
+# Each owed notification moves its entry about three times (owed, claimed, settled):
+# enough partitions for several thousand finishes a second, few enough that the
+# dispatcher's read of every one of them stays cheap when nothing is due.
+WEBHOOK_SHARDS = 8
 # A tenant's counters: one transaction may touch an item once, and items of one
 # partition take about 1,000 writes a second, so a tenant's jobs spread over these.
 COUNTER_SHARDS = 8
@@ -124,6 +137,7 @@ _KEYS = {
     INDEX_SWEEP: ("spk", "ssk"),
     INDEX_ATTEMPTS: ("dpk", "dsk"),
     INDEX_DEAD_LETTERS: ("lpk", "lsk"),
+    INDEX_WEBHOOKS: ("wpk", "wsk"),
 }
 # What the list indexes hold besides their keys: only what never changes after a job is
 # stored, so no change to a job rewrites its entries there (an index entry written is a
@@ -141,6 +155,9 @@ _PROJECTIONS: dict[str, dict[str, Any]] = {
         "ProjectionType": "INCLUDE",
         "NonKeyAttributes": list(LIST_INDEX_ATTRIBUTES),
     },
+    # The keys say which job is due when; the dispatcher reads each due job whole from
+    # the table anyway (the index lags it), so an entry holds nothing a change rewrites.
+    INDEX_WEBHOOKS: {"ProjectionType": "KEYS_ONLY"},
 }
 
 
@@ -225,6 +242,10 @@ def all_jobs_partition(shard: int) -> str:
 
 def dead_letter_partition(shard: int) -> str:
     return f"dead#{shard}"
+
+
+def webhook_partition(shard: int) -> str:
+    return f"hook#{shard}"
 
 
 def sweep_partition(kind: str, shard: int) -> str:

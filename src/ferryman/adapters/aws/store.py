@@ -48,6 +48,7 @@ from ferryman.adapters.aws.store_upkeep import (
     stalled_ids,
 )
 from ferryman.adapters.aws.store_usage import tenant_usage, usage_report
+from ferryman.adapters.aws.store_webhooks import due_ids
 from ferryman.adapters.aws.store_writes import TransactionCancelled, key, transact
 from ferryman.adapters.wakeup import Wakeup
 from ferryman.core.errors import StateConflictError
@@ -294,9 +295,22 @@ class DynamoJobStore:
         found = [job for job in jobs.values() if is_stalled(job, cutoff)]
         return sorted(found, key=lambda j: (j.updated_at, j.job_id))[:limit]
 
+    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
+        """The webhook index's candidates (store_webhooks.py), each read again from the
+        table and kept only if its notification is still owed and due."""
+        ids = await due_ids(self._clients, self._table, now=now, limit=limit)
+        jobs = await self.get_many(ids)
+        due = [
+            job
+            for job in jobs.values()
+            if job.webhook_due_at is not None and job.webhook_due_at <= now
+        ]
+        return sorted(due, key=lambda j: (j.webhook_due_at, j.job_id))[:limit]
+
     async def purge_finished(self, *, completed_before: float, limit: int) -> list[str]:
         """Oldest first; each job deleted whole (its item collection, its idempotency
-        entry, its count) in its own transaction."""
+        entry, its count) in its own transaction. A job whose webhook is owed is not in
+        the index this reads (job_items.sweep_keys) and is checked again on the table."""
         if limit <= 0:
             return []
         await finish_stopped_purges(self._clients, self._table)

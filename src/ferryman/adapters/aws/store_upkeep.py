@@ -158,7 +158,7 @@ async def purge_job(clients: AwsClients, table: str, job_id: str, completed_befo
             "KeyConditionExpression": f"{expression.name('pk')} = "
             f"{expression.value({'S': layout.job_pk(job_id)})}",
             "ConsistentRead": True,
-            "ProjectionExpression": "pk, sk, #r, #s, #c, #t, #k",
+            "ProjectionExpression": "pk, sk, #r, #s, #c, #t, #k, #w",
             "ExpressionAttributeNames": {
                 **expression.names,
                 "#r": "revision",
@@ -166,6 +166,7 @@ async def purge_job(clients: AwsClients, table: str, job_id: str, completed_befo
                 "#c": "completed_at",
                 "#t": "tenant_id",
                 "#k": "idempotency_key",
+                "#w": "webhook_due_at",
             },
             "ExpressionAttributeValues": expression.values,
         },
@@ -250,9 +251,16 @@ async def finish_stopped_purges(clients: AwsClients, table: str) -> int:
 
 
 def _purgeable(job: Item, completed_before: float) -> bool:
+    """Finished before the time and owing no webhook: an owed job is out of the
+    ``done`` partitions (job_items.sweep_keys), but the index lags the table."""
     status = JobStatus(job["status"]["S"])
     completed = job.get("completed_at")
-    return status.terminal and completed is not None and float(completed["N"]) < completed_before
+    return (
+        status.terminal
+        and "webhook_due_at" not in job
+        and completed is not None
+        and float(completed["N"]) < completed_before
+    )
 
 
 async def _entry_delete(
