@@ -2,8 +2,8 @@
 
 ``open_engine(url, ...)`` opens the engine the URL names (``sqlite:///path.db``,
 ``postgresql://...``, ``aws://NAME``, ``memory://``) as one ``async with``: every port it serves
-(jobs, queue, keys, control, results kept in the database, shared limits) over one
-connection setup, closed together. ``probe_engine(url)`` looks at its database
+(jobs, queue, keys, control, results kept in the database, webhook secrets, shared
+limits) over one connection setup, closed together. ``probe_engine(url)`` looks at its database
 without writing. Wiring, the contract suite, the integration and service tests and
 the benchmarks all open engines here (tests/unit/test_engine_registry.py holds it).
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
     from ferryman.ports.store import JobStore
+    from ferryman.ports.webhooks import WebhookSecretStore
 
 # Engines whose URLs are reserved but which this version does not ship.
 _PLANNED_SCHEMES: tuple[str, ...] = ()
@@ -99,6 +100,8 @@ class Engine:
     control: ControlStore
     # Results kept in the database itself (FERRYMAN_RESULTS_URL=db).
     results: ResultStore
+    # Each tenant's webhook signing secrets (sealed), beside its jobs.
+    webhook_secrets: WebhookSecretStore
     # Limits every process shares (per-tenant API budgets); None when each process
     # keeps its own, as on SQLite (one `serve` process) and in memory.
     limits: SharedLimits | None = None

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ferryman.ports.queue import JobQueue
     from ferryman.ports.results import ResultStore
     from ferryman.ports.store import Accepted, JobStore
+    from ferryman.ports.webhooks import WebhookSecretStore
     from ferryman.services.ledger import ClaimResult
 
 MAX_RECEIVES = 10
@@ -78,6 +79,7 @@ class Engine:
     port: JobStore
     queue: JobQueue
     results: ResultStore
+    webhook_secrets: WebhookSecretStore
     keys: ApiKeyStore
     control: ControlStore
     clock: FakeClock
@@ -149,6 +151,7 @@ def _helper(
         port=opened.store,
         queue=opened.queue,
         results=opened.results,
+        webhook_secrets=opened.webhook_secrets,
         keys=opened.keys,
         control=opened.control,
         clock=clock,

@@ -57,7 +57,9 @@ def _members(port: type) -> set[str]:
 
 
 def test_the_scan_finds_every_storage_port() -> None:
-    assert {"store", "queue", "keys", "control", "results", "limits"} <= set(_ports())
+    assert {"store", "queue", "keys", "control", "results", "webhook_secrets", "limits"} <= set(
+        _ports()
+    )
 
 
 @pytest.mark.parametrize(
@@ -81,6 +83,7 @@ async def test_every_engine_opens_serves_every_port_and_closes(
             missing = {m for m in _members(port) if not hasattr(adapter, m)}
             assert not missing, f"{entry.name}.{field} lacks {sorted(missing)}"
         assert await engine.keys.list_keys() == []
+        assert await engine.webhook_secrets.get_secret("t1") is None
         async with open_result_store("db", engine) as results:
             assert results.store is engine.results
             assert entry.name in results.location
@@ -88,6 +91,8 @@ async def test_every_engine_opens_serves_every_port_and_closes(
         # Closed with the engine: its ports answer as a store that is away.
         with pytest.raises(FerrymanError):
             await engine.keys.list_keys()
+        with pytest.raises(FerrymanError):
+            await engine.webhook_secrets.get_secret("t1")
 
 
 async def test_a_results_directory_is_opened_over_any_engine_and_closed_after(

@@ -97,6 +97,51 @@ async def test_a_schema_newer_than_this_code_is_refused(postgres_scratch):
         await PostgresDatabase.open(url, listen=False)
 
 
+async def test_jobs_stored_before_webhooks_owe_none_and_are_purged_as_before(postgres_scratch):
+    from ferryman.adapters.postgres.migrations import available
+    from ferryman.adapters.postgres.sql import JOBS
+
+    url = postgres_scratch()
+    with _admin(url) as conn:
+        conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at double precision NOT NULL)"
+        )
+        for migration in available()[:3]:  # as the ferryman before webhooks left it
+            conn.execute(migration.sql.encode(), prepare=False)
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (%s, %s, 0)",
+                (migration.version, migration.name),
+            )
+        conn.execute(
+            "INSERT INTO jobs (job_id, tenant_id, request_hash, task, model, input, "
+            "payload_version, status, dispatch_state, correlation_id, created_at, updated_at, "
+            "completed_at) VALUES ('gen_1', 't', 'h', 'generate', 'sim', '{}', 1, 'SUCCEEDED', "
+            "'DISPATCHED', 'c', 1.0, 2.0, 2.0)"
+        )
+
+    async with open_engine(
+        url, clock=FakeClock(), options=EngineOptions(postgres_listen=False)
+    ) as engine:
+        job = await engine.store.get("gen_1")
+        assert job is not None
+        assert (job.webhook_url, job.webhook_due_at, job.webhook_attempts) == (None, None, 0)
+        assert job.webhook_event_seq == 0
+        assert await engine.store.webhooks_due(now=10.0, limit=10) == []
+        assert await engine.webhook_secrets.get_secret("t") is None
+        assert await engine.store.purge_finished(completed_before=10.0, limit=10) == ["gen_1"]
+
+    assert [version for version, _ in _ledger(url)] == list(range(1, latest_version() + 1))
+    with _admin(url) as conn:
+        # The dispatcher's scan can read the partial index (a tiny table would be
+        # scanned whole, so scans are ruled out to ask).
+        conn.execute("SET enable_seqscan = off")
+        plan = conn.execute(
+            "EXPLAIN " + JOBS["webhooks_due"], {"now": 10.0, "limit": 10}
+        ).fetchall()
+        assert "jobs_webhooks_due" in " ".join(row[0] for row in plan)
+
+
 async def test_probe_reads_without_writing_and_migrate_creates_a_missing_database(
     postgres_scratch,
 ):

@@ -66,6 +66,7 @@ def job_params(job: Job) -> dict[str, Any]:
             "traceparent": job.traceparent,
             "correlation_id": job.correlation_id,
             "created_at": job.created_at,
+            "webhook_url": job.webhook_url,
         }
     )
     return params
@@ -96,6 +97,10 @@ def job_update_params(job: Job) -> dict[str, Any]:
         "event_seq": job.event_seq,
         "deliveries_without_outcome": job.deliveries_without_outcome,
         "fallback_level": job.fallback_level,
+        # The webhook outbox (core/changes.py): a finished job's only moving columns.
+        "webhook_due_at": job.webhook_due_at,
+        "webhook_attempts": job.webhook_attempts,
+        "webhook_event_seq": job.webhook_event_seq,
     }
 
 
@@ -160,6 +165,10 @@ def job_from_row(row: Row) -> Job:
         event_seq=row["event_seq"],
         deliveries_without_outcome=row["deliveries_without_outcome"],
         fallback_level=row["fallback_level"],
+        webhook_url=row["webhook_url"],
+        webhook_due_at=row["webhook_due_at"],
+        webhook_attempts=row["webhook_attempts"],
+        webhook_event_seq=row["webhook_event_seq"],
     )
 
 

@@ -119,3 +119,61 @@ def test_migrate_waits_for_a_write_lock_another_connection_holds(tmp_path) -> No
         release.join()
         holder.close()
         conn.close()
+
+
+def _file_at(path, version: int) -> sqlite3.Connection:
+    """A file as the ferryman that shipped ``version`` left it."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "CREATE TABLE schema_migrations ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for migration in available()[:version]:
+        conn.executescript(migration.sql)
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, 0)",
+            (migration.version, migration.name),
+        )
+    return conn
+
+
+async def test_jobs_stored_before_webhooks_owe_none_and_are_purged_as_before(tmp_path) -> None:
+    from ferryman.adapters.sqlite.sql import JOBS
+    from ferryman.core.clock import FakeClock
+    from ferryman.engines import open_engine
+
+    path = tmp_path / "v5.db"
+    conn = _file_at(path, 5)
+    conn.execute(
+        "INSERT INTO jobs (job_id, tenant_id, request_hash, task, model, input, "
+        "payload_version, status, dispatch_state, correlation_id, created_at, updated_at, "
+        "completed_at) VALUES ('gen_1', 't', 'h', 'generate', 'sim', '{}', 1, 'SUCCEEDED', "
+        "'DISPATCHED', 'c', 1.0, 2.0, 2.0)"
+    )
+    conn.close()
+
+    async with open_engine(f"sqlite:///{path}", clock=FakeClock()) as engine:
+        job = await engine.store.get("gen_1")
+        assert job is not None
+        assert (job.webhook_url, job.webhook_due_at, job.webhook_attempts) == (None, None, 0)
+        assert job.webhook_event_seq == 0
+        assert await engine.store.webhooks_due(now=10.0, limit=10) == []
+        assert await engine.webhook_secrets.get_secret("t") is None
+        assert await engine.store.purge_finished(completed_before=10.0, limit=10) == ["gen_1"]
+
+    conn = sqlite3.connect(path)
+    try:
+        assert applied_version(conn) == latest_version()
+        # The dispatcher's scan reads the partial index, in its order, never every job.
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN " + JOBS["webhooks_due"], {"now": 10.0, "limit": 10}
+        ).fetchall()
+        details = " ".join(row[3] for row in plan)
+        assert "jobs_webhooks_due" in details
+        assert "TEMP B-TREE" not in details
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN " + JOBS["finished_before"], {"before": 10.0, "limit": 10}
+        ).fetchall()
+        assert "jobs_finished" in " ".join(row[3] for row in plan)
+    finally:
+        conn.close()

@@ -7,6 +7,7 @@ from ferryman.adapters.memory.keys import InMemoryApiKeyStore
 from ferryman.adapters.memory.queue import InMemoryJobQueue
 from ferryman.adapters.memory.results import InMemoryResultStore
 from ferryman.adapters.memory.store import InMemoryJobStore
+from ferryman.adapters.memory.webhook_secrets import InMemoryWebhookSecretStore
 
 __all__ = [
     "InMemoryApiKeyStore",
@@ -14,4 +15,5 @@ __all__ = [
     "InMemoryJobQueue",
     "InMemoryJobStore",
     "InMemoryResultStore",
+    "InMemoryWebhookSecretStore",
 ]

@@ -11,6 +11,7 @@ from ferryman.adapters.memory.keys import InMemoryApiKeyStore
 from ferryman.adapters.memory.queue import InMemoryJobQueue
 from ferryman.adapters.memory.results import InMemoryResultStore
 from ferryman.adapters.memory.store import InMemoryJobStore
+from ferryman.adapters.memory.webhook_secrets import InMemoryWebhookSecretStore
 from ferryman.engines import DatabaseProbe, Engine, InvalidUrlError
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ async def open_engine(url: str, clock: Clock, options: EngineOptions) -> AsyncIt
         keys=InMemoryApiKeyStore(),
         control=InMemoryControlStore(),
         results=InMemoryResultStore(),
+        webhook_secrets=InMemoryWebhookSecretStore(),
     )
 
 

@@ -46,6 +46,9 @@ class InMemoryJobStore:
         self._capabilities = StoreCapabilities(max_atomic_batch=max_atomic_batch)
         self._jobs: dict[str, Job] = {}
         self._keys: dict[tuple[str, str], IdempotencyEntry] = {}
+        # The webhook outbox's index: job id -> when its owed notification is due, so
+        # the dispatcher's scan reads the owed jobs, not every job.
+        self._webhooks_due: dict[str, float] = {}
         self._history = JobHistory()
         self._lock = asyncio.Lock()
         self._cancel_hints = Wakeup()
@@ -149,6 +152,10 @@ class InMemoryJobStore:
         if change.enqueue and self._queue is not None:
             await self._queue.send(QueueMessage.for_job(change.after))
         self._jobs[change.job_id] = change.after
+        if change.after.webhook_due_at is None:
+            self._webhooks_due.pop(change.job_id, None)
+        else:
+            self._webhooks_due[change.job_id] = change.after.webhook_due_at
         self._history.record(change)
         if change.stops_running_attempt:
             self._cancel_hints.notify()
@@ -217,6 +224,10 @@ class InMemoryJobStore:
         )
         return found[:limit]
 
+    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
+        due = sorted((at, job_id) for job_id, at in self._webhooks_due.items() if at <= now)
+        return [self._jobs[job_id] for _, job_id in due[: max(0, limit)]]
+
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         return {
             job_id
@@ -261,6 +272,8 @@ class InMemoryJobStore:
                     if job.status.terminal
                     and job.completed_at is not None
                     and job.completed_at < completed_before
+                    # Kept while its webhook is owed (ports/store.py).
+                    and job.webhook_due_at is None
                 ),
                 key=lambda job: (job.completed_at or 0.0, job.job_id),
             )[: max(0, limit)]

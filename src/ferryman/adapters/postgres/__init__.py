@@ -14,6 +14,7 @@ from ferryman.adapters.postgres.limits import PostgresSharedLimits
 from ferryman.adapters.postgres.queue import PostgresJobQueue
 from ferryman.adapters.postgres.results import PostgresResultStore
 from ferryman.adapters.postgres.store import PostgresJobStore
+from ferryman.adapters.postgres.webhook_secrets import PostgresWebhookSecretStore
 
 __all__ = [
     "PostgresApiKeyStore",
@@ -23,4 +24,5 @@ __all__ = [
     "PostgresJobStore",
     "PostgresResultStore",
     "PostgresSharedLimits",
+    "PostgresWebhookSecretStore",
 ]

@@ -12,6 +12,7 @@ from ferryman.adapters.postgres.limits import PostgresSharedLimits
 from ferryman.adapters.postgres.queue import PostgresJobQueue
 from ferryman.adapters.postgres.results import PostgresResultStore
 from ferryman.adapters.postgres.store import PostgresJobStore
+from ferryman.adapters.postgres.webhook_secrets import PostgresWebhookSecretStore
 from ferryman.engines import DatabaseProbe, Engine, shown_url
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ async def open_engine(url: str, clock: Clock, options: EngineOptions) -> AsyncIt
             keys=PostgresApiKeyStore(db),
             control=PostgresControlStore(db),
             results=PostgresResultStore(db),
+            webhook_secrets=PostgresWebhookSecretStore(db),
             limits=PostgresSharedLimits(db),
             database=db,
         )

@@ -45,11 +45,16 @@ if TYPE_CHECKING:
 
 # One statement each (jobs.sql): the job row, then everything the change brings.
 def _statement(*blocks: str) -> str:
-    """The blocks as one statement, without comment lines and runs of blank: psycopg
-    caches its parse of a statement only up to 4,096 characters (none of these blocks
-    holds a string literal that blanks or "--" could be part of)."""
+    """The blocks as one statement, without comment lines, runs of blank, or blanks
+    beside a comma, an equals sign or a parenthesis: psycopg caches its parse of a
+    statement only up to 4,096 characters (none of these blocks holds a string literal
+    that blanks, those signs or "--" could be part of)."""
     lines = (line for b in blocks for line in JOBS[b].splitlines())
-    return re.sub(r"\s+", " ", " ".join(ln for ln in lines if not ln.lstrip().startswith("--")))
+    text = " ".join(ln for ln in lines if not ln.lstrip().startswith("--"))
+    return _AROUND_SIGNS.sub(r"\1", re.sub(r"\s+", " ", text)).strip()
+
+
+_AROUND_SIGNS = re.compile(r" ?([,=()]) ?")
 
 
 _UPDATE_CHANGE = _statement("written_by_update", "change_consequences", "change_outcome")

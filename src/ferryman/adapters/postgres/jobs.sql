@@ -239,12 +239,22 @@ ON CONFLICT (tenant_id) DO UPDATE SET
 
 -- name: finished_before
 -- The partial index jobs_finished serves this; the status list repeats its condition.
--- Rows another purger holds are skipped, not waited for.
+-- Rows another purger holds are skipped, not waited for. A job whose webhook is still
+-- owed stays until it is delivered or given up.
 SELECT job_id, tenant_id FROM jobs
 WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND completed_at < %(before)s
+  AND webhook_due_at IS NULL
 ORDER BY completed_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
+
+-- name: webhooks_due
+-- The partial index jobs_webhooks_due serves this, in its order; the IS NOT NULL
+-- repeats its condition.
+SELECT * FROM jobs
+WHERE webhook_due_at IS NOT NULL AND webhook_due_at <= %(now)s
+ORDER BY webhook_due_at, job_id
+LIMIT %(limit)s;
 
 -- name: delete_jobs_events
 DELETE FROM events WHERE job_id = ANY(%(job_ids)s::text[]);
@@ -327,7 +337,10 @@ WITH written AS (
         revision = %(revision)s,
         event_seq = %(event_seq)s,
         deliveries_without_outcome = %(deliveries_without_outcome)s,
-        fallback_level = %(fallback_level)s
+        fallback_level = %(fallback_level)s,
+        webhook_due_at = %(webhook_due_at)s,
+        webhook_attempts = %(webhook_attempts)s,
+        webhook_event_seq = %(webhook_event_seq)s
     WHERE job_id = %(job_id)s AND revision = %(expected_revision)s
     RETURNING job_id, tenant_id
 )
@@ -340,7 +353,7 @@ WITH written AS (
         invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
         cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
         updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
-        fallback_level
+        fallback_level, webhook_url, webhook_due_at, webhook_attempts, webhook_event_seq
     ) VALUES (
         %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s,
         %(model)s, %(input)s, %(metadata)s, %(payload_version)s, %(status)s,
@@ -349,7 +362,8 @@ WITH written AS (
         %(lease_until)s, %(not_before)s, %(cancel_requested)s, %(result_ref)s, %(error)s,
         %(traceparent)s, %(correlation_id)s, %(created_at)s, %(updated_at)s,
         %(completed_at)s, %(revision)s, %(event_seq)s, %(deliveries_without_outcome)s,
-        %(fallback_level)s
+        %(fallback_level)s, %(webhook_url)s, %(webhook_due_at)s, %(webhook_attempts)s,
+        %(webhook_event_seq)s
     )
     ON CONFLICT (job_id) DO NOTHING
     RETURNING job_id, tenant_id
@@ -469,7 +483,10 @@ WITH input AS MATERIALIZED (
         revision = i.revision,
         event_seq = i.event_seq,
         deliveries_without_outcome = i.deliveries_without_outcome,
-        fallback_level = i.fallback_level
+        fallback_level = i.fallback_level,
+        webhook_due_at = i.webhook_due_at,
+        webhook_attempts = i.webhook_attempts,
+        webhook_event_seq = i.webhook_event_seq
     FROM input AS i
     -- The ids again as an array: a JSON set's row count is unknown to the planner, which
     -- would otherwise scan every job to join them; this finds them by the primary key.
@@ -486,7 +503,7 @@ WITH done AS (
         invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
         cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
         updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
-        fallback_level
+        fallback_level, webhook_url, webhook_due_at, webhook_attempts, webhook_event_seq
     )
     SELECT
         job_id, tenant_id, idempotency_key, request_hash, task, model, input, metadata,
@@ -494,7 +511,7 @@ WITH done AS (
         invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
         cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
         updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
-        fallback_level
+        fallback_level, webhook_url, webhook_due_at, webhook_attempts, webhook_event_seq
     FROM json_populate_recordset(NULL::jobs, %(jobs)s::json)
     ON CONFLICT (job_id) DO NOTHING
     RETURNING job_id, tenant_id
@@ -599,7 +616,7 @@ WITH claimed AS (
         invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
         cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
         updated_at, completed_at, revision, event_seq, deliveries_without_outcome,
-        fallback_level
+        fallback_level, webhook_url, webhook_due_at, webhook_attempts, webhook_event_seq
     )
     SELECT
         %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(task)s,
@@ -609,7 +626,8 @@ WITH claimed AS (
         %(lease_until)s, %(not_before)s, %(cancel_requested)s, %(result_ref)s, %(error)s,
         %(traceparent)s, %(correlation_id)s, %(created_at)s, %(updated_at)s,
         %(completed_at)s, %(revision)s, %(event_seq)s, %(deliveries_without_outcome)s,
-        %(fallback_level)s
+        %(fallback_level)s, %(webhook_url)s, %(webhook_due_at)s, %(webhook_attempts)s,
+        %(webhook_event_seq)s
     FROM claimed
     ON CONFLICT (job_id) DO NOTHING
     RETURNING job_id, tenant_id

@@ -124,3 +124,17 @@ SELECT id, at, actor, action, target, reason FROM audit
 WHERE %(before)s::bigint IS NULL OR id < %(before)s
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: get_webhook_secret
+SELECT tenant_id, current, previous, previous_until, created_at
+FROM webhook_secrets
+WHERE tenant_id = %(tenant_id)s;
+
+-- name: put_webhook_secret
+INSERT INTO webhook_secrets (tenant_id, current, previous, previous_until, created_at)
+VALUES (%(tenant_id)s, %(current)s, %(previous)s, %(previous_until)s, %(created_at)s)
+ON CONFLICT (tenant_id) DO UPDATE SET
+    current = excluded.current,
+    previous = excluded.previous,
+    previous_until = excluded.previous_until,
+    created_at = excluded.created_at;

@@ -13,6 +13,7 @@ from ferryman.adapters.sqlite.keys import SqliteApiKeyStore
 from ferryman.adapters.sqlite.queue import SqliteJobQueue
 from ferryman.adapters.sqlite.results import SqliteResultStore
 from ferryman.adapters.sqlite.store import SqliteJobStore
+from ferryman.adapters.sqlite.webhook_secrets import SqliteWebhookSecretStore
 
 __all__ = [
     "SqliteApiKeyStore",
@@ -21,4 +22,5 @@ __all__ = [
     "SqliteJobQueue",
     "SqliteJobStore",
     "SqliteResultStore",
+    "SqliteWebhookSecretStore",
 ]

@@ -13,6 +13,7 @@ from ferryman.adapters.sqlite.keys import SqliteApiKeyStore
 from ferryman.adapters.sqlite.queue import SqliteJobQueue
 from ferryman.adapters.sqlite.results import SqliteResultStore
 from ferryman.adapters.sqlite.store import SqliteJobStore
+from ferryman.adapters.sqlite.webhook_secrets import SqliteWebhookSecretStore
 from ferryman.engines import DatabaseProbe, Engine, InvalidUrlError
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ async def open_engine(url: str, clock: Clock, options: EngineOptions) -> AsyncIt
             keys=SqliteApiKeyStore(db),
             control=SqliteControlStore(db),
             results=SqliteResultStore(db),
+            webhook_secrets=SqliteWebhookSecretStore(db),
             database=db,
         )
     finally:

@@ -11,14 +11,15 @@ INSERT INTO jobs (
     payload_version, status, dispatch_state, attempt_count, failure_count,
     invalid_output_count, fence, attempt_id, worker_id, lease_until, not_before,
     cancel_requested, result_ref, error, traceparent, correlation_id, created_at,
-    updated_at, completed_at, revision, event_seq, deliveries_without_outcome, fallback_level
+    updated_at, completed_at, revision, event_seq, deliveries_without_outcome, fallback_level,
+    webhook_url, webhook_due_at, webhook_attempts, webhook_event_seq
 ) VALUES (
     :job_id, :tenant_id, :idempotency_key, :request_hash, :task, :model, :input, :metadata,
     :payload_version, :status, :dispatch_state, :attempt_count, :failure_count,
     :invalid_output_count, :fence, :attempt_id, :worker_id, :lease_until, :not_before,
     :cancel_requested, :result_ref, :error, :traceparent, :correlation_id, :created_at,
     :updated_at, :completed_at, :revision, :event_seq, :deliveries_without_outcome,
-    :fallback_level
+    :fallback_level, :webhook_url, :webhook_due_at, :webhook_attempts, :webhook_event_seq
 );
 
 -- name: update_job
@@ -41,7 +42,10 @@ UPDATE jobs SET
     revision = :revision,
     event_seq = :event_seq,
     deliveries_without_outcome = :deliveries_without_outcome,
-    fallback_level = :fallback_level
+    fallback_level = :fallback_level,
+    webhook_due_at = :webhook_due_at,
+    webhook_attempts = :webhook_attempts,
+    webhook_event_seq = :webhook_event_seq
 WHERE job_id = :job_id AND revision = :expected_revision;
 
 -- name: get_idempotency
@@ -230,9 +234,19 @@ ON CONFLICT (tenant_id) DO UPDATE SET
 
 -- name: finished_before
 -- The partial index jobs_finished serves this; the status list repeats its condition.
+-- A job whose webhook is still owed stays until it is delivered or given up.
 SELECT job_id, tenant_id FROM jobs
 WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND completed_at < :before
+  AND webhook_due_at IS NULL
 ORDER BY completed_at
+LIMIT :limit;
+
+-- name: webhooks_due
+-- The partial index jobs_webhooks_due serves this, in its order; the IS NOT NULL
+-- repeats its condition.
+SELECT * FROM jobs
+WHERE webhook_due_at IS NOT NULL AND webhook_due_at <= :now
+ORDER BY webhook_due_at, job_id
 LIMIT :limit;
 
 -- name: delete_job_events

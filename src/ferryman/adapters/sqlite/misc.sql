@@ -116,3 +116,17 @@ SELECT id, at, actor, action, target, reason FROM audit
 WHERE :before IS NULL OR id < :before
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: get_webhook_secret
+SELECT tenant_id, current, previous, previous_until, created_at
+FROM webhook_secrets
+WHERE tenant_id = :tenant_id;
+
+-- name: put_webhook_secret
+INSERT INTO webhook_secrets (tenant_id, current, previous, previous_until, created_at)
+VALUES (:tenant_id, :current, :previous, :previous_until, :created_at)
+ON CONFLICT (tenant_id) DO UPDATE SET
+    current = excluded.current,
+    previous = excluded.previous,
+    previous_until = excluded.previous_until,
+    created_at = excluded.created_at;

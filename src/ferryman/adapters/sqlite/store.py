@@ -181,6 +181,10 @@ class SqliteJobStore:
         params = {"cutoff": now - older_than_seconds, "limit": max(0, limit)}
         return await self._db.read(partial(_select_jobs, query=JOBS["stalled_jobs"], params=params))
 
+    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
+        params = {"now": now, "limit": max(0, limit)}
+        return await self._db.read(partial(_select_jobs, query=JOBS["webhooks_due"], params=params))
+
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:
         return await self._db.read(partial(_job_ids, block="cancel_requested", job_ids=job_ids))
 

@@ -1,0 +1,25 @@
+-- Completion webhooks. The outbox is four columns of the job, written by the change
+-- that finishes it (core/changes.py), so a crash between the terminal write and the
+-- delivery loses nothing: where the client asked to be told, when the owed
+-- notification is next due (NULL: nothing owed), how many attempts it has had, and the
+-- seq of the terminal event it announces. Rows an older version wrote owe nothing.
+
+ALTER TABLE jobs
+    ADD COLUMN webhook_url text,
+    ADD COLUMN webhook_due_at double precision,
+    ADD COLUMN webhook_attempts integer NOT NULL DEFAULT 0,
+    ADD COLUMN webhook_event_seq integer NOT NULL DEFAULT 0;
+
+-- The dispatcher's scan, earliest due first: only the jobs that owe a notification.
+CREATE INDEX jobs_webhooks_due ON jobs (webhook_due_at, job_id)
+    WHERE webhook_due_at IS NOT NULL;
+
+-- Each tenant's signing secrets, sealed (ports/webhooks.py): the current one, and the
+-- one it replaced, which keeps signing beside it until previous_until.
+CREATE TABLE webhook_secrets (
+    tenant_id      text COLLATE "C" PRIMARY KEY,
+    current        text NOT NULL,
+    previous       text,
+    previous_until double precision,
+    created_at     double precision NOT NULL
+);
