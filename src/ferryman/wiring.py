@@ -249,7 +249,8 @@ class Runtime:
     ) -> WebhookDispatcher:
         """The dispatcher of completion webhooks; ``render`` writes an event's body (the
         HTTP layer's: the job as GET shows it)."""
-        assert self.webhook_secrets is not None and self.webhook_urls is not None
+        assert self.webhook_secrets is not None
+        assert self.webhook_urls is not None
         return WebhookDispatcher(
             store=self.store.store,
             ledger=self.store,

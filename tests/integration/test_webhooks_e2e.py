@@ -155,7 +155,9 @@ class Deployment:
         return [e for e in answer.json()["events"] if e["kind"].startswith("WEBHOOK")]
 
 
-def _until(condition: Callable[[], bool], what: str, *, tick: Callable[[], None] = lambda: None) -> None:
+def _until(
+    condition: Callable[[], bool], what: str, *, tick: Callable[[], None] = lambda: None
+) -> None:
     deadline = time.monotonic() + DEADLINE_SECONDS
     while not condition():
         tick()

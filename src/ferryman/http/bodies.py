@@ -28,7 +28,6 @@ import re
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
 from ferryman.core.errors import InvalidRequestError
 from ferryman.core.idempotency import canonical_json

@@ -180,7 +180,7 @@ class WebhookDispatcher:
                     await self.dispatch_once()
                 except Exception as exc:  # noqa: BLE001 - looked at again next round
                     log.warning("webhooks.scan_failed", **describe_exception(exc))
-                await _first_of(stop, self._kick.kicked, self._options.poll_seconds)
+                await _first_of(stop, self._kick.kicked, within=self._options.poll_seconds)
         finally:
             await self.drain()
             await self._sender.aclose()
@@ -332,12 +332,12 @@ class WebhookDispatcher:
         return sent.status_code, sent.error
 
 
-async def _first_of(stop: asyncio.Event, kicked: asyncio.Event, timeout: float) -> None:
-    """Return when ``stop`` or ``kicked`` is set, or after ``timeout`` seconds."""
+async def _first_of(stop: asyncio.Event, kicked: asyncio.Event, *, within: float) -> None:
+    """Return when ``stop`` or ``kicked`` is set, or after ``within`` seconds."""
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(kicked.wait())]
     try:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(within):
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for wait in waits:

@@ -224,8 +224,15 @@ class InMemoryJobStore:
         )
         return found[:limit]
 
-    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
-        due = sorted((at, job_id) for job_id, at in self._webhooks_due.items() if at <= now)
+    async def webhooks_due(
+        self, *, now: float, limit: int, skip_tenants: Collection[str] = ()
+    ) -> list[Job]:
+        skip = set(skip_tenants)
+        due = sorted(
+            (at, job_id)
+            for job_id, at in self._webhooks_due.items()
+            if at <= now and self._jobs[job_id].tenant_id not in skip
+        )
         return [self._jobs[job_id] for _, job_id in due[: max(0, limit)]]
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:

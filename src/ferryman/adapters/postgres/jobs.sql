@@ -253,6 +253,7 @@ FOR UPDATE SKIP LOCKED;
 -- repeats its condition.
 SELECT * FROM jobs
 WHERE webhook_due_at IS NOT NULL AND webhook_due_at <= %(now)s
+  AND NOT (tenant_id = ANY(%(skip)s::text[]))
 ORDER BY webhook_due_at, job_id
 LIMIT %(limit)s;
 

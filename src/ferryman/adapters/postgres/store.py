@@ -218,8 +218,10 @@ class PostgresJobStore:
         params = {"cutoff": now - older_than_seconds, "limit": max(0, limit)}
         return [job_from_row(row) for row in await self._db.fetch_all(JOBS["stalled_jobs"], params)]
 
-    async def webhooks_due(self, *, now: float, limit: int) -> list[Job]:
-        params = {"now": now, "limit": max(0, limit)}
+    async def webhooks_due(
+        self, *, now: float, limit: int, skip_tenants: Collection[str] = ()
+    ) -> list[Job]:
+        params = {"now": now, "limit": max(0, limit), "skip": sorted(skip_tenants)}
         return [job_from_row(row) for row in await self._db.fetch_all(JOBS["webhooks_due"], params)]
 
     async def cancel_requested(self, job_ids: Collection[str]) -> set[str]:

@@ -246,6 +246,7 @@ LIMIT :limit;
 -- repeats its condition.
 SELECT * FROM jobs
 WHERE webhook_due_at IS NOT NULL AND webhook_due_at <= :now
+  AND tenant_id NOT IN (SELECT value FROM json_each(:skip))
 ORDER BY webhook_due_at, job_id
 LIMIT :limit;
 
