@@ -137,7 +137,7 @@ async def test_jobs_stored_before_webhooks_owe_none_and_are_purged_as_before(pos
         # scanned whole, so scans are ruled out to ask).
         conn.execute("SET enable_seqscan = off")
         plan = conn.execute(
-            "EXPLAIN " + JOBS["webhooks_due"], {"now": 10.0, "limit": 10}
+            "EXPLAIN " + JOBS["webhooks_due"], {"now": 10.0, "limit": 10, "skip": ["t9"]}
         ).fetchall()
         assert "jobs_webhooks_due" in " ".join(row[0] for row in plan)
 

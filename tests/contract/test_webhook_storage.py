@@ -309,6 +309,23 @@ async def test_webhooks_due_finds_the_due_ones_earliest_first_within_the_limit(e
     assert [j.job_id for j in later] == [first.job_id, second.job_id, taken.job_id]
 
 
+async def test_webhooks_due_leaves_out_the_tenants_it_is_told_to_skip(engine, job_factory):
+    busy = await _succeeded(engine, job_factory, webhook_url=URL, tenant_id="busy")
+    engine.advance(1)
+    other = await _succeeded(engine, job_factory, webhook_url=URL, tenant_id="other")
+
+    due = await engine.store.webhooks_due(now=engine.now(), limit=1, skip_tenants=["busy"])
+
+    # The busy tenant's earlier notification does not take the one place.
+    assert [job.job_id for job in due] == [other.job_id]
+    both = await engine.store.webhooks_due(now=engine.now(), limit=10, skip_tenants=[])
+    assert [job.job_id for job in both] == [busy.job_id, other.job_id]
+    assert (
+        await engine.store.webhooks_due(now=engine.now(), limit=10, skip_tenants=["busy", "other"])
+        == []
+    )
+
+
 # --- retention ------------------------------------------------------------------------------
 
 

@@ -166,7 +166,8 @@ async def test_jobs_stored_before_webhooks_owe_none_and_are_purged_as_before(tmp
         assert applied_version(conn) == latest_version()
         # The dispatcher's scan reads the partial index, in its order, never every job.
         plan = conn.execute(
-            "EXPLAIN QUERY PLAN " + JOBS["webhooks_due"], {"now": 10.0, "limit": 10}
+            "EXPLAIN QUERY PLAN " + JOBS["webhooks_due"],
+            {"now": 10.0, "limit": 10, "skip": '["t9"]'},
         ).fetchall()
         details = " ".join(row[3] for row in plan)
         assert "jobs_webhooks_due" in details
