@@ -181,6 +181,7 @@ def sweep(context: Any) -> dict[str, int]:
         "redispatched",
         "purged",
         "undecodable",
+        "webhooks",
     }
     return summary
 
