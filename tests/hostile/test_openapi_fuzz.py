@@ -38,6 +38,7 @@ from schemathesis.openapi.checks import RejectedPositiveData
 from ferryman.cli.serving import app_deps
 from ferryman.config import Settings
 from ferryman.http.app import create_app
+from ferryman.http.connections import MAX_HEAD_BYTES
 from ferryman.wiring import open_runtime
 
 if TYPE_CHECKING:
@@ -142,6 +143,16 @@ def breaks_a_relation(case: Case, status: int, text: str, failure: Exception) ->
     )
 
 
+def head_over_the_bound(response: Any) -> bool:
+    """A request whose head is over MAX_HEAD_BYTES is refused by the HTTP layer with a
+    plain 400 before any route sees it (http/connections.py, docs/reference.md): that
+    refusal is the transport's, outside what the document describes per route."""
+    request = response.request
+    head = len(request.method) + len(str(request.url)) + 16
+    head += sum(len(k) + len(v) + 4 for k, v in request.headers.items())
+    return response.status_code == 400 and head > MAX_HEAD_BYTES
+
+
 BOUNDED = settings(
     max_examples=EXAMPLES,
     derandomize=True,
@@ -170,6 +181,8 @@ def test_every_answer_matches_the_document(start_server: Callable[..., Server]) 
     def call(case: Case) -> None:
         operations.add(case.operation.label)
         response = case.call()
+        if head_over_the_bound(response):
+            return
         try:
             case.validate_response(response, headers=credentials)
         except FailureGroup as group:

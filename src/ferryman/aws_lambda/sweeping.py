@@ -128,8 +128,7 @@ class SweepContainer(WarmContainer):
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            await _round(sweeper, summary, time_left)
-            await _send_webhooks(self._dispatcher, summary, time_left)
+            await _round(sweeper, self._dispatcher, summary, time_left)
             if time_left is None:
                 return  # no deadline to sweep up to (a local run): one round
             wait = max(0.0, self._interval_seconds - (loop.time() - started))
@@ -153,18 +152,29 @@ class SweepContainer(WarmContainer):
 
 
 async def _round(
-    sweeper: Sweeper, summary: SweepSummary, time_left: Callable[[], float] | None
+    sweeper: Sweeper,
+    dispatcher: WebhookDispatcher,
+    summary: SweepSummary,
+    time_left: Callable[[], float] | None,
 ) -> None:
-    """One round, cut short if it runs into the invocation's last RETURN_SECONDS."""
+    """One round, cut short if it runs into the invocation's last RETURN_SECONDS: the
+    sweep, then the completion webhooks that are due (the Lambda worker sends none),
+    each attempt it starts waited for (10 s at most; one cut short is taken over when
+    its claim ends)."""
     budget = None if time_left is None else max(0.0, time_left() - RETURN_SECONDS)
     try:
         async with asyncio.timeout(budget):
             report = await sweeper.sweep_once()
+            summary.add(report)
+            try:
+                summary.webhooks += await dispatcher.dispatch_once()
+                await dispatcher.drain()
+            except Exception as exc:  # noqa: BLE001 - the sweep stands; looked at next round
+                log.warning("webhooks.scan_failed", **describe_exception(exc))
     except Exception as exc:  # noqa: BLE001 - retried next round; never stop sweeping
         summary.failed_rounds += 1
         log.warning("sweeper.failed", **describe_exception(exc))
         return
-    summary.add(report)
     if report.dead_lettered or report.redispatched or report.purged:
         log.info(
             "sweeper.swept",
@@ -172,20 +182,6 @@ async def _round(
             redispatched=report.redispatched,
             purged=report.purged,
         )
-
-
-async def _send_webhooks(
-    dispatcher: WebhookDispatcher, summary: SweepSummary, time_left: Callable[[], float] | None
-) -> None:
-    """The due webhook attempts, sent and recorded (each at most 10 s; one cut short by
-    the invocation's end is sent again once its claim ends)."""
-    budget = None if time_left is None else max(0.0, time_left() - RETURN_SECONDS)
-    try:
-        async with asyncio.timeout(budget):
-            summary.webhooks += await dispatcher.dispatch_once()
-            await dispatcher.drain()
-    except Exception as exc:  # noqa: BLE001 - looked at again next round
-        log.warning("webhooks.scan_failed", **describe_exception(exc))
 
 
 def _time_left(context: Any) -> Callable[[], float] | None:
