@@ -9,12 +9,15 @@ The invocation's time left comes from a fake context that never reads the wall c
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+from standardwebhooks import Webhook
 
 from aws_sites import QueuesOf
 from ferryman import aws_lambda
@@ -331,3 +334,55 @@ def test_an_old_finished_job_is_purged_with_its_result_in_s3(
     assert purged == 1
     assert site.job(job_id) is None
     assert site.objects(bucket) == []
+
+
+def test_a_round_sends_the_webhooks_that_are_due(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Lambda-only deployment has no worker process to send webhooks: the sweeper
+    function's round does, signed as the standard says."""
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("FERRYMAN_WEBHOOK_ALLOWED_HOSTS", host)
+    settings = load_settings()
+
+    async def cancelled_job_with_a_webhook() -> tuple[str, str]:
+        async with open_runtime(settings) as runtime:
+            assert runtime.webhook_secrets is not None
+            secret = await runtime.webhook_secrets.rotate("t1")
+            submitted = await runtime.intake.submit(
+                tenant_id="t1",
+                request=SubmitRequest(
+                    "generate", {"prompt": "a"}, webhook_url=f"http://{host}/hook"
+                ),
+            )
+            await runtime.jobs.cancel("t1", submitted.job.job_id)
+            return submitted.job.job_id, secret
+
+    try:
+        job_id, secret = site.run(cancelled_job_with_a_webhook())
+        summary = sweep(FakeContext(remaining_ms=ONE_ROUND_MS))
+        assert summary["webhooks"] == 1
+        ((headers, body),) = received
+        event = Webhook(secret).verify(body, headers)
+        assert event["type"] == "generation.cancelled"
+        assert event["data"]["job_id"] == job_id
+        done = site.job(job_id)
+        assert done is not None
+        assert done.webhook_due_at is None
+    finally:
+        server.shutdown()
+        server.server_close()
