@@ -296,10 +296,5 @@ async def test_the_openapi_document_lists_every_route(
     components = response.json()["components"]["schemas"]
     for entry in body_schema["schema"]["oneOf"]:  # one per task (test_http_tasks.py)
         properties = components[entry["$ref"].rsplit("/", 1)[-1]]["properties"]
-        assert set(properties) == {
-            "task",
-            "input",
-            "model",
-            "metadata",
-        }  # webhook_url is reserved (refused with 422), so it is not advertised
+        assert set(properties) == {"task", "input", "model", "metadata", "webhook_url"}
     assert [entry["route"] for entry in logs if entry["event"] == "request"] == ["/openapi.json"]

@@ -49,6 +49,7 @@ OPERATIONS = {
     ("get", "/v1/admin/keys"): "listApiKeys",
     ("post", "/v1/admin/keys"): "createApiKey",
     ("post", "/v1/admin/keys/{key_id}/revoke"): "revokeApiKey",
+    ("post", "/v1/webhooks/secret"): "rotateWebhookSecret",
     ("get", "/healthz"): "healthz",
     ("get", "/readyz"): "readyz",
     ("get", "/metrics"): "metrics",

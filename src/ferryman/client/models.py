@@ -165,7 +165,6 @@ class Job(ApiModel):
     error: JobFailure | None = None
     cancel_requested: bool = False
     waiting: JobWait | None = None
-    webhook_url: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -155,7 +155,6 @@ def job_detail_body(view: JobView) -> dict[str, Any]:
     return {
         **job_body(view.job, result_json=view.result_json),
         "waiting": waiting_body(view.waiting),
-        "webhook_url": view.job.webhook_url,
     }
 
 
