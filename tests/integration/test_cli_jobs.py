@@ -194,3 +194,30 @@ def test_cancel_shows_the_job_as_a_table(live_server: LiveServer) -> None:
     assert done.returncode == 0, done.stderr
     assert job_id in done.stdout
     assert "cancel requested" in done.stdout
+
+
+def test_webhooks_secret_prints_a_new_secret_each_time(live_server: LiveServer) -> None:
+    key = live_server.new_key()
+    first = live_server.cli("webhooks", "secret", FERRYMAN_API_KEY=key)
+    second = live_server.cli("webhooks", "secret", FERRYMAN_API_KEY=key)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.strip().startswith("whsec_")
+    assert first.stdout.strip() != second.stdout.strip()
+    assert "24 hours" in second.stderr
+
+
+def test_submit_with_a_refused_webhook_url_says_why(live_server: LiveServer) -> None:
+    key = live_server.new_key()
+    assert live_server.cli("webhooks", "secret", FERRYMAN_API_KEY=key).returncode == 0
+    done = live_server.cli(
+        "submit",
+        "--task",
+        "generate",
+        "--input",
+        '{"prompt": "hi"}',
+        "--webhook-url",
+        "http://10.0.0.7/hook",
+        FERRYMAN_API_KEY=key,
+    )
+    assert done.returncode == 1, done.stdout
+    assert "webhook_url" in done.stderr and "https" in done.stderr

@@ -209,3 +209,19 @@ async def test_a_job_id_cannot_reach_another_route(either: Either) -> None:
         with pytest.raises(ClientError) as caught:
             await either("get", bad)
         assert caught.value.status == 404, bad
+
+
+async def test_a_webhook_url_needs_a_secret_and_a_reachable_public_host(either: Either) -> None:
+    with pytest.raises(ClientError) as no_secret:
+        await either("submit", "generate", {"prompt": "hi"}, webhook_url="https://hooks.test/x")
+    assert (no_secret.value.status, no_secret.value.code) == (422, "webhook_secret_required")
+
+    first = await either("rotate_webhook_secret")
+    second = await either("rotate_webhook_secret")
+    assert first.secret.startswith("whsec_") and second.secret.startswith("whsec_")
+    assert first.secret != second.secret
+    assert second.previous_valid_for_seconds == 86_400
+
+    with pytest.raises(ClientError) as refused:
+        await either("submit", "generate", {"prompt": "hi"}, webhook_url="https://127.0.0.1/x")
+    assert (refused.value.status, refused.value.code) == (422, "webhook_url_refused")
