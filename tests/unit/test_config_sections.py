@@ -31,6 +31,8 @@ _SPECIAL = {
     ("http", "host"): "0.0.0.0",
     ("client", "url"): "http://api.example:9000",
     ("client", "api_key"): "fm_not_a_real_key",
+    ("webhooks", "allowed_hosts"): "hooks.internal:8080",
+    ("webhooks", "retry_schedule"): "1,2,3",
 }
 
 

@@ -237,11 +237,14 @@ SECTIONS: dict[str, type[_Section]] = {
     "retries": RetrySettings,
     "sweeper": SweeperSettings,
     "sim": SimSettings,
+    "webhooks": WebhookSettings,
     "log": LogSettings,
 }
 
 # The flat name each knob had before sections (a TOML key, FERRYMAN_ + it upper-cased,
 # a keyword of Settings) -> (section, field). Deployments set these; they stay read.
+# The webhook knobs came after sections but are named flat too, as the variables users
+# are told about (FERRYMAN_WEBHOOK_ALLOWED_HOSTS, FERRYMAN_WEBHOOK_RETRY_SCHEDULE).
 FLAT_NAMES: dict[str, tuple[str, str]] = {
     "sqlite_synchronous": ("sqlite", "synchronous"),
     "postgres_pool_min_size": ("postgres", "pool_min_size"),
