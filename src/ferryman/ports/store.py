@@ -291,6 +291,16 @@ class JobReads(Protocol):
         runs its cancel check on a nudge instead of waiting for the next period."""
         ...
 
+    @property
+    def status_hints(self) -> Hint:
+        """Nudged once a change that moves a job to another status
+        (``Change.changes_status``) is stored: by this process's own writes, and by
+        other processes' where the engine carries it (SQLite: the socket directory
+        beside the file; PostgreSQL: NOTIFY in the changing transaction; AWS: this
+        process's own writes only). A client's wait (services/watch.py) reads its jobs
+        on a nudge instead of at its next fallback poll."""
+        ...
+
     async def usage(self, tenant_id: str) -> TenantUsage: ...
 
     async def usage_report(

@@ -49,6 +49,7 @@ class InMemoryJobStore:
         self._history = JobHistory()
         self._lock = asyncio.Lock()
         self._cancel_hints = Wakeup()
+        self._status_hints = Wakeup()
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -62,6 +63,10 @@ class InMemoryJobStore:
     @property
     def cancel_hints(self) -> Wakeup:
         return self._cancel_hints
+
+    @property
+    def status_hints(self) -> Wakeup:
+        return self._status_hints
 
     # --- writes ---------------------------------------------------------------
 
@@ -152,6 +157,8 @@ class InMemoryJobStore:
         self._history.record(change)
         if change.stops_running_attempt:
             self._cancel_hints.notify()
+        if change.changes_status:
+            self._status_hints.notify()
 
     # --- reads ----------------------------------------------------------------
 

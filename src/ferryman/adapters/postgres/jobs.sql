@@ -431,7 +431,9 @@ SELECT
     CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
-        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    CASE WHEN w.n > 0 AND %(changes_status)s::boolean
+        THEN pg_notify('ferryman_statuses', '') END AS woke_status_watchers
 FROM (SELECT count(*) AS n FROM written) AS w;
 
 -- Several jobs' changes in ONE statement (AppliesMany: a worker's claims for one
@@ -578,7 +580,12 @@ SELECT
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
     CASE WHEN EXISTS (
         SELECT 1 FROM done WHERE done.job_id = ANY(%(stops)s::text[])
-    ) THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks;
+    ) THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    -- One notification per transaction however many jobs moved (PostgreSQL folds
+    -- identical ones): a status watcher reads every job it watches anyway.
+    CASE WHEN EXISTS (
+        SELECT 1 FROM done WHERE done.job_id = ANY(%(statuses)s::text[])
+    ) THEN pg_notify('ferryman_statuses', '') END AS woke_status_watchers;
 
 -- name: written_by_keyed_insert
 -- An accept with an idempotency key, when the key is free: the key's entry, then the
@@ -626,5 +633,7 @@ SELECT
     CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
-        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    CASE WHEN w.n > 0 AND %(changes_status)s::boolean
+        THEN pg_notify('ferryman_statuses', '') END AS woke_status_watchers
 FROM (SELECT count(*) AS n FROM written) AS w, (SELECT count(*) AS n FROM claimed) AS c;

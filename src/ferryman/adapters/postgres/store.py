@@ -126,6 +126,8 @@ class PostgresJobStore:
         if applied and change.stops_running_attempt:
             # This process's watchers at once (other processes' through the NOTIFY).
             self._db.cancel_wakeup.notify()
+        if applied and change.changes_status:
+            self._db.status_wakeup.notify()
 
     async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
         """Several jobs' changes in one statement (a worker's claims for one receive
@@ -224,6 +226,10 @@ class PostgresJobStore:
     @property
     def cancel_hints(self) -> Wakeup:
         return self._db.cancel_wakeup
+
+    @property
+    def status_hints(self) -> Wakeup:
+        return self._db.status_wakeup
 
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._job_ids("existing_jobs", job_ids)

@@ -119,6 +119,8 @@ class SqliteJobStore:
             # Committed: the worker holding the job (here or in another process) may
             # look now instead of at its next periodic cancel check.
             self._db.cancel_wakeup.notify()
+        if applied and change.changes_status:
+            self._db.status_wakeup.notify()
         return applied
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
@@ -187,6 +189,10 @@ class SqliteJobStore:
     @property
     def cancel_hints(self) -> Wakeup:
         return self._db.cancel_wakeup
+
+    @property
+    def status_hints(self) -> Wakeup:
+        return self._db.status_wakeup
 
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._db.read(partial(_job_ids, block="existing_jobs", job_ids=job_ids))
