@@ -210,7 +210,6 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     acks: list[dict[str, Any]] = []
     stops: list[str] = []
-    statuses: list[str] = []
     for item in items:
         change = item.change
         job_id = change.job_id
@@ -255,8 +254,6 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
             usage.append({"job_id": job_id, "unfinished": change.backlog_delta, "stored": stored})
         if change.stops_running_attempt:
             stops.append(job_id)
-        if change.changes_status:
-            statuses.append(job_id)
         if item.result is not None and change.after.result_ref == item.result.ref:
             # Hex in the JSON text (bytes have no JSON form); decoded by the statement.
             results.append(
@@ -274,7 +271,7 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
         "results": json.dumps(results),
         "acks": json.dumps(acks),
         "stops": stops,
-        "statuses": statuses,
+        "statuses": [item.change.job_id for item in items if item.change.changes_status],
         "ids": [item.change.job_id for item in items],
         "closed_ids": [ended["attempt_id"] for ended in closed],
         "ack_ids": [ack["id"] for ack in acks],
