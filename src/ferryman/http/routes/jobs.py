@@ -3,7 +3,7 @@ caller's tenant's jobs."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -157,9 +157,9 @@ async def get_job(
     return JsonBody(job_detail_body(view))
 
 
-@router.get(
-    "/{job_id}/stream",
-    **operation(
+def _stream_operation() -> dict[str, Any]:
+    """The stream's operation: its 200 is text/event-stream, and it may answer 204."""
+    kwargs = operation(
         "streamGeneration",
         None,
         access=Access.TENANT,
@@ -173,9 +173,17 @@ async def get_job(
             "finished status already sent."
         ),
         errors=(JobNotFoundError, ResultsUnavailableError, ResultUnreadableError),
-    ),
-    response_class=StreamingResponse,
-)
+    )
+    responses = kwargs["responses"]
+    responses[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+    responses[204] = {
+        "description": "The finished status named by Last-Event-ID was sent already",
+        "headers": responses[200]["headers"],
+    }
+    return kwargs
+
+
+@router.get("/{job_id}/stream", **_stream_operation(), response_class=StreamingResponse)
 async def stream_job(
     request: Request,
     principal: Tenant,
