@@ -7,7 +7,10 @@ of them cost a few hundred bytes each.
 
 One task reads the watched jobs, all of them in one ``get_many`` (in chunks of
 ``read_chunk``, so a large read never holds the event loop for long), and settles
-every wait whose job now meets its condition. It reads when the store's status hint
+every wait whose job now meets its condition. Where the store reads statuses alone
+(ports/store.py's ``ReadsStatuses``: SQLite, PostgreSQL, memory), it reads the
+watched jobs' statuses and only the jobs whose status moved whole: 3,000 waits then
+cost a few milliseconds a read instead of about 70. It reads when the store's status hint
 is nudged (``JobReads.status_hints``: a change of a job's status was stored, by this
 process or by another one the engine hears from), when a new wait may have missed a
 nudge, and every ``fallback_seconds`` whatever happens. A hint is never the news:
@@ -34,10 +37,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from ferryman.ports.store import ReadsStatuses
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Iterator
 
-    from ferryman.core.job import Job
+    from ferryman.core.job import Job, JobStatus
     from ferryman.ports.store import Hint
 
 log = structlog.get_logger("ferryman.watch")
@@ -49,6 +54,8 @@ DEFAULT_FALLBACK_SECONDS = 1.0
 DEFAULT_MIN_GAP_SECONDS = 0.01
 # Jobs read in one get_many: bounds how long one read's rows hold the event loop.
 DEFAULT_READ_CHUNK = 500
+# Not read yet: unlike any status, and unlike None (gone).
+_UNREAD = object()
 
 
 class StatusReads(Protocol):
@@ -91,6 +98,10 @@ class JobWatcher:
         self._min_gap_seconds = min_gap_seconds
         self._read_chunk = read_chunk
         self._waits: dict[str, set[_Wait]] = {}
+        # Each watched job's status at the last read (None: it was gone), and the jobs
+        # with a wait that may have missed a nudge: read whole at the next read.
+        self._known: dict[str, JobStatus | None] = {}
+        self._fresh: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         # Set when the task should read without a nudge (a new wait may have missed
         # one) or look again (the last wait left).
@@ -129,6 +140,7 @@ class JobWatcher:
         self._waits.setdefault(job_id, set()).add(wait)
         self._ensure_running(loop)
         if since != self.generation:
+            self._fresh.add(job_id)
             self._wake()  # a nudge came after the caller's read: read for it
         try:
             yield wait.future
@@ -138,6 +150,8 @@ class JobWatcher:
                 waits.discard(wait)
                 if not waits:
                     del self._waits[job_id]
+                    self._known.pop(job_id, None)
+                    self._fresh.discard(job_id)
             if not wait.future.done():
                 wait.future.cancel()
             if not self._waits:
@@ -186,12 +200,34 @@ class JobWatcher:
         for start in range(0, len(ids), self._read_chunk):
             chunk = ids[start : start + self._read_chunk]
             try:
-                jobs = await self._store.get_many(chunk)
+                jobs = await self._read_chunk_of(chunk)
             except Exception as exc:  # noqa: BLE001 - the next read tries again
                 log.warning("watch.read_failed", error_type=type(exc).__name__)
                 return
-            for job_id in chunk:
-                self._settle(job_id, jobs.get(job_id), generation)
+            for job_id, job in jobs.items():
+                self._settle(job_id, job, generation)
+
+    async def _read_chunk_of(self, chunk: list[str]) -> dict[str, Job | None]:
+        """The jobs of the chunk that may settle a wait (None: gone). Where the store
+        reads statuses alone (ReadsStatuses), only the jobs whose status moved since
+        the last read, and those with a wait that may have missed a nudge, are read
+        whole."""
+        store = self._store
+        if not isinstance(store, ReadsStatuses):
+            jobs = await store.get_many(chunk)
+            return {job_id: jobs.get(job_id) for job_id in chunk}
+        statuses = await store.statuses(chunk)
+        known, fresh = self._known, self._fresh
+        moved = [
+            job_id
+            for job_id in chunk
+            if job_id in fresh or statuses.get(job_id) is not known.get(job_id, _UNREAD)
+        ]
+        jobs = await store.get_many(moved) if moved else {}
+        for job_id in chunk:
+            known[job_id] = statuses.get(job_id)
+        fresh.difference_update(chunk)
+        return {job_id: jobs.get(job_id) for job_id in moved}
 
     def _settle(self, job_id: str, job: Job | None, generation: int) -> None:
         for wait in list(self._waits.get(job_id, ())):

@@ -240,3 +240,49 @@ async def test_reads_are_chunked(world: World) -> None:
     for each in waits:
         each.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
+
+
+@dataclass
+class StatusReads(Reads):
+    """A store that reads statuses alone (ReadsStatuses): jobs are read whole only
+    when their status moved."""
+
+    whole: list[list[str]] = field(default_factory=list)
+
+    async def statuses(self, job_ids: Collection[str]) -> dict[str, JobStatus]:
+        jobs = await super().get_many(job_ids)
+        return {job_id: job.status for job_id, job in jobs.items()}
+
+    async def get_many(self, job_ids: Collection[str]) -> dict[str, Job]:
+        self.whole.append(sorted(job_ids))
+        return await self.world.store.get_many(job_ids)
+
+
+async def test_where_statuses_read_alone_only_the_jobs_that_moved_are_read_whole(
+    world: World,
+) -> None:
+    reads = StatusReads(world)
+    watcher = JobWatcher(store=reads, fallback_seconds=NO_FALLBACK, min_gap_seconds=0)
+    jobs = [await world.submit() for _ in range(5)]
+    waits = [
+        asyncio.create_task(
+            watcher.wait(
+                job.job_id, until=finished, since=watcher.generation, timeout_seconds=NO_FALLBACK
+            )
+        )
+        for job in jobs
+    ]
+    await until(lambda: watcher.waiting == 5 and len(reads.reads) >= 1)
+    # Every job read once (its status, and whole: it had not been read before).
+    await until(lambda: all(job.job_id in watcher._known for job in jobs))
+    await cancel(world, jobs[2])
+    before = len(reads.whole)
+    reads.status_hints.notify()
+
+    seen = await waits[2]
+    assert seen is not None
+    assert seen.status is JobStatus.CANCELLED
+    assert reads.whole[before:] == [[jobs[2].job_id]]
+    for each in waits:
+        each.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)

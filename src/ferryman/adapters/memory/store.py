@@ -248,6 +248,10 @@ class InMemoryJobStore:
             groups.setdefault(_usage_key(attempt, group_by), []).append(attempt)
         return [_usage_row(key, attempts) for key, attempts in sorted(groups.items())]
 
+    async def statuses(self, job_ids: Collection[str]) -> dict[str, JobStatus]:
+        jobs = self._jobs
+        return {job_id: jobs[job_id].status for job_id in job_ids if job_id in jobs}
+
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return {job_id for job_id in job_ids if job_id in self._jobs}
 

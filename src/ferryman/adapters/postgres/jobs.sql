@@ -227,6 +227,9 @@ SELECT * FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 -- name: existing_jobs
 SELECT job_id FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 
+-- name: job_statuses
+SELECT job_id, status FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
+
 -- name: tenant_usage
 SELECT unfinished, stored FROM tenant_usage WHERE tenant_id = %(tenant_id)s;
 

@@ -17,6 +17,7 @@ from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.cursors import position_of
 from ferryman.core.errors import StoreUnavailableError
+from ferryman.core.job import JobStatus
 from ferryman.ports.store import (
     LIST_ITEM_BYTES,
     Accepted,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from ferryman.adapters.wakeup import Wakeup
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
-    from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.store import CreateOutcome, UsageGroup
 
 # A refused write keeps the store not ready, even if the probe's own small write got
@@ -202,6 +203,11 @@ class SqliteJobStore:
             return {}
         return await self._db.read(partial(_jobs, job_ids=job_ids))
 
+    async def statuses(self, job_ids: Collection[str]) -> dict[str, JobStatus]:
+        if not job_ids:
+            return {}
+        return await self._db.read(partial(_statuses, job_ids=job_ids))
+
     async def usage(self, tenant_id: str) -> TenantUsage:
         def op(conn: sqlite3.Connection) -> TenantUsage:
             row = conn.execute(JOBS["tenant_usage"], {"tenant_id": tenant_id}).fetchone()
@@ -266,6 +272,11 @@ def _jobs(conn: sqlite3.Connection, *, job_ids: Collection[str]) -> dict[str, Jo
     rows = conn.execute(JOBS["get_jobs"], {"job_ids": json.dumps(list(job_ids))}).fetchall()
     jobs = (job_from_row(row) for row in rows)
     return {job.job_id: job for job in jobs}
+
+
+def _statuses(conn: sqlite3.Connection, *, job_ids: Collection[str]) -> dict[str, JobStatus]:
+    rows = conn.execute(JOBS["job_statuses"], {"job_ids": json.dumps(list(job_ids))})
+    return {job_id: JobStatus(status) for job_id, status in rows}
 
 
 def _job_ids(conn: sqlite3.Connection, *, block: str, job_ids: Collection[str]) -> set[str]:
