@@ -54,6 +54,7 @@ WAIT_SECONDS = 60
 OPEN_AT_ONCE = 200
 PROBE_EVERY_SECONDS = 0.02
 HELD_LATENCY_MS = 600_000
+HELD_AFTER_SECONDS = 3.0
 
 
 def _free_port() -> int:
@@ -125,7 +126,13 @@ class Run:
     measuring: bool = False
     seen_ms: list[float] = field(default_factory=list)
     probe_ms: list[float] = field(default_factory=list)
+    # (when, ms) of each, to place the slowest in time.
+    seen_at: list[tuple[float, float]] = field(default_factory=list)
+    probe_at: list[tuple[float, float]] = field(default_factory=list)
     timeouts: int = 0
+    retries: int = 0
+    # When each wait's request now outstanding was sent, by job id.
+    sent_at: dict[str, float] = field(default_factory=dict)
 
     def opened(self) -> None:
         self.open_waits += 1
@@ -147,8 +154,15 @@ async def wait_on(run: Run, connection: Connection, job_id: str, *, measured: bo
     run.opened()
     try:
         while True:
+            run.sent_at[job_id] = time.monotonic()
             status, body = await connection.request("GET", path, run.key)
             answered_at = time.time()
+            if status == 503:
+                # A burst of thousands of reads can outrun a small connection pool (as
+                # plain GETs would): try again, as ferryman's clients do.
+                run.retries += 1
+                await asyncio.sleep(0.5)
+                continue
             if status != 200:
                 raise RuntimeError(f"a wait answered {status}: {body[:200]!r}")
             job = json.loads(body)
@@ -156,6 +170,7 @@ async def wait_on(run: Run, connection: Connection, job_id: str, *, measured: bo
                 break
             run.timeouts += 1
     finally:
+        run.sent_at.pop(job_id, None)
         run.closed()
         connection.close()
     if measured:
@@ -163,6 +178,7 @@ async def wait_on(run: Run, connection: Connection, job_id: str, *, measured: bo
             run.measuring = True
         run.note_open()
         run.seen_ms.append((answered_at - _epoch(job["completed_at"])) * 1000)
+        run.seen_at.append((answered_at, run.seen_ms[-1]))
         run.answered += 1
         run.note_open()
 
@@ -175,6 +191,7 @@ async def probe(run: Run, job_id: str, stop: asyncio.Event) -> None:
             status, _ = await connection.request("GET", f"/v1/generations/{job_id}", run.key)
             if status == 200 and run.measuring:
                 run.probe_ms.append((time.perf_counter() - began) * 1000)
+                run.probe_at.append((time.time(), run.probe_ms[-1]))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), PROBE_EVERY_SECONDS)
     finally:
@@ -215,6 +232,12 @@ async def open_waits(
             asyncio.create_task(wait_on(run, c, job_id, measured=measured))
             for c, job_id in zip(connections, chunk, strict=True)
         ]
+
+
+def _raise_failed(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise RuntimeError("a wait failed") from task.exception()
 
 
 async def _ready(port: int) -> None:
@@ -269,8 +292,15 @@ async def measure_engine(
         held = await submit(run, args.held, HELD_LATENCY_MS, "held")
         await open_waits(run, held, measured=False, tasks=tasks)
         await open_waits(run, measured, measured=True, tasks=tasks)
-        while run.open_waits < len(held) + len(measured):  # noqa: ASYNC110 - the waits' tasks
-            await asyncio.sleep(0.01)
+        # Every wait held by the server: its request outstanding for longer than a read
+        # refused for want of a pooled connection takes to come back (2 s).
+        total = len(held) + len(measured)
+        while (
+            len(run.sent_at) < total
+            or time.monotonic() - max(run.sent_at.values()) < HELD_AFTER_SECONDS
+        ):
+            _raise_failed(tasks)
+            await asyncio.sleep(0.1)
         opened_before_work = run.open_waits
         worker = await asyncio.create_subprocess_exec(
             *_ferryman("worker", "--no-sweeper", "--concurrency", str(args.concurrency)),
@@ -279,10 +309,7 @@ async def measure_engine(
         )
         prober = asyncio.create_task(probe(run, measured[0], stop))
         while run.answered < args.jobs:
-            if any(t.done() and t.exception() for t in tasks):
-                raise RuntimeError("a wait failed") from next(
-                    t.exception() for t in tasks if t.done() and t.exception()
-                )
+            _raise_failed(tasks)
             await asyncio.sleep(0.05)
         stop.set()
         await prober
@@ -304,11 +331,23 @@ async def measure_engine(
         "waiters_peak": run.peak_open,
         "waiters_before_work": opened_before_work,
         "wait_timeouts": run.timeouts,
+        "wait_retries_after_503": run.retries,
         "other_get_p50_ms": percentile(run.probe_ms, 50),
         "other_get_p99_ms": percentile(run.probe_ms, 99),
         "other_get_max_ms": max(run.probe_ms) if run.probe_ms else None,
         "other_gets": len(run.probe_ms),
+        # The slowest of each, at seconds after the first measured answer.
+        "seen_slowest": _slowest(run.seen_at),
+        "other_get_slowest": _slowest(run.probe_at),
     }
+
+
+def _slowest(timed: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    if not timed:
+        return []
+    first = min(at for at, _ in timed)
+    worst = sorted(timed, key=lambda pair: pair[1], reverse=True)[:5]
+    return [(round(at - first, 2), round(ms, 1)) for at, ms in worst]
 
 
 @contextlib.contextmanager
