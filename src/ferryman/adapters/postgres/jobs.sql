@@ -578,17 +578,13 @@ WITH done AS (
       AND messages.id = a.id AND messages.receipt_token = a.token
 )
 SELECT
-    (SELECT array_agg(job_id) FROM done) AS done,
+    d.done,
     CASE WHEN EXISTS (SELECT 1 FROM new_message)
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
-    CASE WHEN EXISTS (
-        SELECT 1 FROM done WHERE done.job_id = ANY(%(stops)s::text[])
-    ) THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
-    -- One notification per transaction however many jobs moved (PostgreSQL folds
-    -- identical ones): a status watcher reads every job it watches anyway.
-    CASE WHEN EXISTS (
-        SELECT 1 FROM done WHERE done.job_id = ANY(%(statuses)s::text[])
-    ) THEN pg_notify('ferryman_statuses', '') END AS woke_status_watchers;
+    CASE WHEN d.done && %(stops)s::text[]
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    CASE WHEN d.done && %(statuses)s::text[] THEN pg_notify('ferryman_statuses', '') END
+FROM (SELECT array_agg(job_id) AS done FROM done) AS d;
 
 -- name: written_by_keyed_insert
 -- An accept with an idempotency key, when the key is free: the key's entry, then the
