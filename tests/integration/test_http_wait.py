@@ -220,3 +220,48 @@ async def test_a_stream_of_a_finished_job_is_its_one_event(
     response = await client.get(f"/v1/generations/{job_id}/stream")
     events = events_of(response.text)
     assert [e["data"]["status"] for e in events] == ["SUCCEEDED"]
+
+
+async def test_a_stream_ends_when_its_client_goes_away_and_leaves_no_wait(
+    client: httpx.AsyncClient, http_stack: HttpStack, http_keys: HttpKeys, watcher: JobWatcher
+) -> None:
+    job_id = await submit(client)
+    app = http_stack.app(jobs=_jobs_of(http_stack, watcher))
+    gone = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+    asked = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body"):
+            gone.set()  # the client read the first event, then went away
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": f"/v1/generations/{job_id}/stream",
+        "raw_path": f"/v1/generations/{job_id}/stream".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test"), (b"authorization", f"Bearer {http_keys.acme}".encode())],
+        "client": ("127.0.0.1", 1234),
+        "server": ("test", 80),
+    }
+    await app(scope, receive, send)
+
+    assert sent[0]["status"] == 200
+    assert b"event: status" in sent[1]["body"]
+    assert watcher.waiting == 0
+    # The job is still unfinished: the stream ended because its client left.
+    assert (await client.get(f"/v1/generations/{job_id}")).json()["status"] == "QUEUED"
