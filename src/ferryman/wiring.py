@@ -62,6 +62,7 @@ from ferryman.services.retention import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATC
 from ferryman.services.retention import Retention
 from ferryman.services.sweeper import Sweeper
 from ferryman.services.usage import UsageReports
+from ferryman.services.watch import JobWatcher
 from ferryman.services.webhooks import (
     DispatchOptions,
     WebhookDispatcher,
@@ -517,6 +518,8 @@ def _build(
             clock=clock,
             list_max_bytes=settings.http.list_max_bytes,
             waits=WaitReasons(catalog=catalog, control=control),
+            # Clients' waits and streams: its task runs only while someone waits.
+            watcher=JobWatcher(store=engine.store),
         ),
         operations=Operations(
             store=engine.store,

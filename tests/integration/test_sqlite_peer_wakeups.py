@@ -210,3 +210,24 @@ async def test_a_peer_that_starts_listening_after_a_listing_hears_the_next_hint_
     finally:
         sender.close()
         listener.close()
+
+
+async def test_status_nudges_of_one_loop_turn_cost_one_byte_per_peer(
+    two_processes: tuple[SqliteDatabase, SqliteDatabase],
+) -> None:
+    worker, api = two_processes
+    heard = asyncio.Event()
+    # The API's watcher listens (its first wait binds the socket).
+    waiting = asyncio.create_task(
+        api.status_wakeup.wait(since=api.status_wakeup.generation, timeout_seconds=POLL_SECONDS)
+    )
+    waiting.add_done_callback(lambda _: heard.set())
+    await asyncio.sleep(0)
+    for _ in range(100):  # a worker ending a hundred jobs in one turn of its loop
+        worker.status_wakeup.notify()
+    channel = worker.status_wakeup._peers
+    assert channel is not None
+    assert channel.sent == 0  # not yet: at the end of this turn
+
+    await asyncio.wait_for(heard.wait(), timeout=POLL_SECONDS)
+    assert channel.sent == 1

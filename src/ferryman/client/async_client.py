@@ -15,6 +15,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 
 from ferryman.client import calls
 from ferryman.client.calls import DEFAULT_TIMEOUT, WaitDefault
@@ -26,6 +27,7 @@ from ferryman.client.retrying import (
     Contact,
     RetryPolicy,
     RetryState,
+    _monotonic,
 )
 
 if TYPE_CHECKING:
@@ -199,24 +201,39 @@ class AsyncClient:
         on_poll: Callable[[Job], None] | None = None,
         timeout_seconds: float | WaitDefault | None = DEFAULT_TIMEOUT,
     ) -> Job:
-        """Poll until the job is finished, backing off from ``initial_interval`` to
-        ``max_interval`` seconds between polls; WaitTimeoutError (a TimeoutError) after
-        ``timeout`` seconds (300 unless given; None: no limit). ``timeout_seconds`` is
-        its old name, kept for compatibility. ``on_poll`` sees the job after every poll
-        (to show progress)."""
+        """Wait until the job is finished: the server answers once it is (GET ...?wait=,
+        in rounds of at most 60 s); WaitTimeoutError (a TimeoutError) after ``timeout``
+        seconds (300 unless given; None: no limit). ``timeout_seconds`` is its old name,
+        kept for compatibility. ``on_poll`` sees the job after every answer (to show
+        progress). Against a server that cannot wait, it polls, backing off from
+        ``initial_interval`` to ``max_interval`` seconds between polls."""
         poll = calls.Poll(
             timeout_seconds=calls.wait_limit(timeout, timeout_seconds),
             initial_interval=initial_interval,
             max_interval=max_interval,
         )
+        waits = calls.ServerWaits()
         while True:
-            job = await self.get(job_id)
+            round_seconds = waits.next_round(poll)
+            if round_seconds is None:
+                job = await self.get(job_id)
+            else:
+                started = _monotonic()
+                waited = await self._run(calls.get_waiting(job_id, round_seconds))
+                if waited is None:
+                    waits.refused()  # an older server: poll from now on
+                    continue
+                job = waited
+                waits.answered(
+                    job, round_seconds=round_seconds, elapsed_seconds=_monotonic() - started
+                )
             if on_poll is not None:
                 on_poll(job)
             delay = poll.next_wait(job)
             if delay is None:
                 return job
-            await _sleep(delay)
+            if not waits.supported:
+                await _sleep(delay)
 
     async def wait_many(
         self,
@@ -308,6 +325,17 @@ class AsyncClient:
 
     # --- transport ----------------------------------------------------------------
 
+    def _timeout_of(self, call: calls.Call[Any]) -> httpx.Timeout | UseClientDefault:
+        if call.read_timeout_seconds is None:
+            return USE_CLIENT_DEFAULT
+        default = self._http.timeout
+        return httpx.Timeout(
+            connect=default.connect,
+            read=call.read_timeout_seconds,
+            write=default.write,
+            pool=default.pool,
+        )
+
     async def _run(self, call: calls.Call[T]) -> T:
         return call.read(await self._send(call))
 
@@ -330,6 +358,7 @@ class AsyncClient:
                     # None, not an empty dict, spares httpx re-parsing the URL.
                     params=call.params or None,
                     headers=call.headers,
+                    timeout=self._timeout_of(call),
                 )
             except httpx.TransportError as exc:
                 await _sleep(tries.after_error(exc))

@@ -46,6 +46,11 @@ DEFAULT_WAIT_TIMEOUT_SECONDS = 300.0
 MAX_BATCH_ITEMS = 1000
 # The most jobs one list request may name: a wait for more polls them in several.
 MAX_JOB_IDS_PER_POLL = 100
+# The longest one GET ...?wait= may wait on the server (the API's own bound): a longer
+# wait asks again, round after round, until its own deadline.
+MAX_SERVER_WAIT_SECONDS = 60.0
+# How much longer than its server-side wait the answer to a ?wait= may take to arrive.
+WAIT_READ_MARGIN_SECONDS = 10.0
 
 
 class WaitDefault(enum.Enum):
@@ -86,6 +91,9 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     # False: retried only when the request surely never reached the server.
     idempotent: bool = True
+    # The read timeout of this request, when it must differ from the client's (a
+    # request the server holds on purpose: GET ...?wait=).
+    read_timeout_seconds: float | None = None
 
 
 class Urls:
@@ -238,6 +246,32 @@ def get(job_id: str) -> Call[Job]:
     return Call("GET", f"/v1/generations/{_segment(job_id)}", _read_job)
 
 
+def get_waiting(job_id: str, wait_seconds: float) -> Call[Job | None]:
+    """GET the job once it is finished, or after ``wait_seconds`` on the server. None:
+    the server refused the parameter (an older one, 422 on ``wait``): poll instead."""
+    return Call(
+        "GET",
+        f"/v1/generations/{_segment(job_id)}",
+        _read_waited,
+        params={"wait": f"{wait_seconds:.3f}"},
+        read_timeout_seconds=wait_seconds + WAIT_READ_MARGIN_SECONDS,
+    )
+
+
+def _read_waited(response: httpx.Response) -> Job | None:
+    if response.status_code == 422 and _refuses_wait(response):
+        return None
+    return _read_job(response)
+
+
+def _refuses_wait(response: httpx.Response) -> bool:
+    try:
+        errors = response.json().get("errors") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(e, dict) and "wait" in (e.get("loc") or []) for e in errors)
+
+
 def events(job_id: str) -> Call[JobHistory]:
     return Call("GET", f"/v1/generations/{_segment(job_id)}/events", _read_history)
 
@@ -301,6 +335,10 @@ class Poll:
             raise WaitTimeoutError(job, self.timeout_seconds or 0.0)
         return delay
 
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: no deadline)."""
+        return None if self._deadline is None else self._deadline - _monotonic()
+
     def next_delay(self) -> float | None:
         """The wait before the next poll; None once the time is up."""
         wait = self._interval
@@ -311,6 +349,34 @@ class Poll:
             wait = min(wait, remaining)
         self._interval = min(self._max_interval, self._interval * 1.5)
         return wait
+
+
+class ServerWaits:
+    """Whether a wait asks the server to wait (GET ...?wait=), and for how long a round:
+    yes until the server shows it does not (a 422 on the parameter, or a job answered
+    unfinished long before the round's time: a server that ignores it); from then on the
+    wait polls (``Poll``), as it did before servers could wait."""
+
+    def __init__(self) -> None:
+        self.supported = True
+
+    def next_round(self, poll: Poll) -> float | None:
+        """Seconds the server may wait this round; None: poll instead."""
+        if not self.supported:
+            return None
+        remaining = poll.remaining()
+        if remaining is None:
+            return MAX_SERVER_WAIT_SECONDS
+        return max(0.001, min(MAX_SERVER_WAIT_SECONDS, remaining))
+
+    def refused(self) -> None:
+        self.supported = False
+
+    def answered(self, job: Job, *, round_seconds: float, elapsed_seconds: float) -> None:
+        """An unfinished job answered well before the round's time: the server did not
+        wait (it ignores the parameter)."""
+        if not job.terminal and elapsed_seconds < round_seconds / 2:
+            self.supported = False
 
 
 class Watch:

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 
 from ferryman.client import calls
 from ferryman.client.calls import DEFAULT_TIMEOUT, WaitDefault
@@ -27,6 +28,7 @@ from ferryman.client.retrying import (
     Contact,
     RetryPolicy,
     RetryState,
+    _monotonic,
 )
 
 if TYPE_CHECKING:
@@ -196,24 +198,39 @@ class Client:
         on_poll: Callable[[Job], None] | None = None,
         timeout_seconds: float | WaitDefault | None = DEFAULT_TIMEOUT,
     ) -> Job:
-        """Poll until the job is finished, backing off from ``initial_interval`` to
-        ``max_interval`` seconds between polls; WaitTimeoutError (a TimeoutError) after
-        ``timeout`` seconds (300 unless given; None: no limit). ``timeout_seconds`` is
-        its old name, kept for compatibility. ``on_poll`` sees the job after every poll
-        (to show progress)."""
+        """Wait until the job is finished: the server answers once it is (GET ...?wait=,
+        in rounds of at most 60 s); WaitTimeoutError (a TimeoutError) after ``timeout``
+        seconds (300 unless given; None: no limit). ``timeout_seconds`` is its old name,
+        kept for compatibility. ``on_poll`` sees the job after every answer (to show
+        progress). Against a server that cannot wait, it polls, backing off from
+        ``initial_interval`` to ``max_interval`` seconds between polls."""
         poll = calls.Poll(
             timeout_seconds=calls.wait_limit(timeout, timeout_seconds),
             initial_interval=initial_interval,
             max_interval=max_interval,
         )
+        waits = calls.ServerWaits()
         while True:
-            job = self.get(job_id)
+            round_seconds = waits.next_round(poll)
+            if round_seconds is None:
+                job = self.get(job_id)
+            else:
+                started = _monotonic()
+                waited = self._run(calls.get_waiting(job_id, round_seconds))
+                if waited is None:
+                    waits.refused()  # an older server: poll from now on
+                    continue
+                job = waited
+                waits.answered(
+                    job, round_seconds=round_seconds, elapsed_seconds=_monotonic() - started
+                )
             if on_poll is not None:
                 on_poll(job)
             delay = poll.next_wait(job)
             if delay is None:
                 return job
-            _sleep(delay)
+            if not waits.supported:
+                _sleep(delay)
 
     def wait_many(
         self,
@@ -304,6 +321,17 @@ class Client:
 
     # --- transport ----------------------------------------------------------------
 
+    def _timeout_of(self, call: calls.Call[Any]) -> httpx.Timeout | UseClientDefault:
+        if call.read_timeout_seconds is None:
+            return USE_CLIENT_DEFAULT
+        default = self._http.timeout
+        return httpx.Timeout(
+            connect=default.connect,
+            read=call.read_timeout_seconds,
+            write=default.write,
+            pool=default.pool,
+        )
+
     def _run(self, call: calls.Call[T]) -> T:
         return call.read(self._send(call))
 
@@ -326,6 +354,7 @@ class Client:
                     # None, not an empty dict, spares httpx re-parsing the URL.
                     params=call.params or None,
                     headers=call.headers,
+                    timeout=self._timeout_of(call),
                 )
             except httpx.TransportError as exc:
                 _sleep(tries.after_error(exc))

@@ -91,6 +91,13 @@ class Change:
         return int(not self.after.status.terminal) - int(was)
 
     @property
+    def changes_status(self) -> bool:
+        """This change moves an existing job to another status (a claim, an outcome, a
+        retry, a cancel, a release, a replay): engines nudge the status watchers (a
+        client waiting on the job) when it is stored. A new job is nobody's news yet."""
+        return self.before is not None and self.before.status is not self.after.status
+
+    @property
     def stops_running_attempt(self) -> bool:
         """This change asks the attempt running the job to stop (a cancel request that
         found it PROCESSING): engines nudge the worker's cancel check when it is stored."""

@@ -68,10 +68,15 @@ class JsonBody(JSONResponse):
     """A JSON response encoded by orjson (fast, and it splices stored results as they are)."""
 
     def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except TypeError:  # rare: a value orjson cannot take (see _encodable)
-            return orjson.dumps(_encodable(content))
+        return json_bytes(content)
+
+
+def json_bytes(content: Any) -> bytes:
+    """``content`` as JsonBody encodes it: orjson, stored results spliced as they are."""
+    try:
+        return orjson.dumps(content)
+    except TypeError:  # rare: a value orjson cannot take (see _encodable)
+        return orjson.dumps(_encodable(content))
 
 
 class SubmittedBody(JsonBody):

@@ -16,6 +16,11 @@ what is left (always at least one job). One request can never make a response, o
 hold a list in memory, of many megabytes; and one tenant's lists are read
 LISTS_AT_ONCE_PER_TENANT at a time, so a hundred at once neither hold a hundred pages
 nor keep the store from other tenants' requests.
+
+A read may wait (``wait``) until the job is finished, and a client may follow a job's
+status changes (``follow``): both check the tenant first (another tenant's job is not
+found at once) and then wait on the process's watcher (services/watch.py), holding no
+connection and no thread.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from ferryman.services.turns import TurnsPerKey
 
 if TYPE_CHECKING:
     import builtins
-    from collections.abc import Collection, Sequence
+    from collections.abc import AsyncIterator, Collection, Sequence
 
     from ferryman.core.clock import Clock
     from ferryman.core.errors import FerrymanError
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
     from ferryman.ports.store import JobReads, JobSummary
     from ferryman.services.ledger import JobLedger
     from ferryman.services.pauses import WaitReasons
+    from ferryman.services.watch import JobWatcher
 
 DEFAULT_LIST_MAX_BYTES = 1_048_576
 # The most jobs one list may name (``job_ids``): a client waiting for many asks in pages.
@@ -64,6 +70,12 @@ _READS_AT_ONCE = 8
 _CHECK_ON_LOOP_MAX_BYTES = 256 * 1024
 # What may keep one result from being served without failing a whole list.
 _RESULT_ERRORS = (ResultUnreadableError, ResultsUnavailableError)
+# The longest one read may wait for its job to finish (GET ...?wait=).
+MAX_WAIT_SECONDS = 60.0
+# A followed job's stream: a heartbeat when nothing happened for this long, and the
+# stream ends after this long in all (the client reconnects with Last-Event-ID).
+FOLLOW_HEARTBEAT_SECONDS = 15.0
+FOLLOW_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +90,26 @@ class JobView:
     def result(self) -> Any:
         """The result, decoded (for callers that want the value, not the bytes)."""
         return None if self.result_json is None else json.loads(self.result_json)
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a follower is: the status it was last sent, at which revision."""
+
+    status: JobStatus
+    revision: int
+
+    @classmethod
+    def of(cls, job: Job) -> Position:
+        return cls(status=job.status, revision=job.revision)
+
+    def behind(self, job: Job) -> bool:
+        """Whether ``job`` is news to a follower here: another status, or the same
+        finished status reached again (an operator replayed the job and it ended
+        again)."""
+        if job.status is not self.status:
+            return True
+        return job.status.terminal and job.revision > self.revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +134,10 @@ class JobListPage:
     next_cursor: str | None
 
 
+def _finished(job: Job) -> bool:
+    return job.status.terminal
+
+
 @dataclass(frozen=True, slots=True)
 class _Read:
     data: bytes | None = None
@@ -123,6 +159,7 @@ class JobQueries:
         list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
         lists_at_once_per_tenant: int = LISTS_AT_ONCE_PER_TENANT,
         waits: WaitReasons | None = None,
+        watcher: JobWatcher | None = None,
     ) -> None:
         if list_max_bytes < 1:
             raise ValueError("list_max_bytes must be positive")
@@ -134,11 +171,69 @@ class JobQueries:
         self._list_max_bytes = list_max_bytes
         self._list_turns = TurnsPerKey(lists_at_once_per_tenant)
         self._waits = waits
+        self._watcher = watcher
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         """Raises JobNotFoundError, and ResultUnreadableError or ResultsUnavailableError
         when the job's result cannot be served."""
+        return await self._view(await self._owned(tenant_id, job_id))
+
+    async def wait(self, tenant_id: str, job_id: str, *, wait_seconds: float) -> JobView:
+        """``get``, once the job is finished or after ``wait_seconds`` (at most
+        MAX_WAIT_SECONDS), whichever comes first. Another tenant's job is not found at
+        once. Without a watcher (a process that serves no API) it answers at once."""
+        if not 0 < wait_seconds <= MAX_WAIT_SECONDS:
+            raise InvalidRequestError(f"wait must be more than 0 and at most {MAX_WAIT_SECONDS:g}")
+        since = 0 if self._watcher is None else self._watcher.generation
         job = await self._owned(tenant_id, job_id)
+        if self._watcher is not None and not job.status.terminal:
+            found = await self._watcher.wait(
+                job_id, until=_finished, since=since, timeout_seconds=wait_seconds
+            )
+            # The time is up (or the job is gone): its current state, as GET has it.
+            job = found if found is not None else await self._owned(tenant_id, job_id)
+        return await self._view(job)
+
+    async def follow(
+        self,
+        tenant_id: str,
+        job_id: str,
+        *,
+        after: Position | None = None,
+        heartbeat_seconds: float = FOLLOW_HEARTBEAT_SECONDS,
+        max_seconds: float = FOLLOW_MAX_SECONDS,
+    ) -> AsyncIterator[JobView | None]:
+        """The job now, then again each time its status changes, ending after a
+        finished status or after ``max_seconds``; None after ``heartbeat_seconds``
+        without news (a keep-alive). ``after``: what the follower was last sent (a
+        reconnection): a status it has is not sent again, and when that was the
+        finished one nothing is. The first step raises JobNotFoundError for a job
+        that is not the tenant's."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_seconds
+        since = 0 if self._watcher is None else self._watcher.generation
+        job = await self._owned(tenant_id, job_id)
+        known = after
+        while True:
+            if known is None or known.behind(job):
+                known = Position.of(job)
+                yield await self._view(job)
+            if job.status.terminal or self._watcher is None:
+                return
+            with self._watcher.watching(job_id, until=known.behind, since=since) as changed:
+                while not changed.done():
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        return
+                    await asyncio.wait({changed}, timeout=min(left, heartbeat_seconds))
+                    if not changed.done():
+                        yield None
+                seen = changed.result()
+            if seen.job is None:
+                return  # purged meanwhile
+            since, job = seen.generation, seen.job
+
+    async def _view(self, job: Job) -> JobView:
         waiting = None if self._waits is None else await self._waits.of(job)
         return JobView(job=job, result_json=await self._result_of(job), waiting=waiting)
 

@@ -587,6 +587,11 @@ class JobLedger:
         """Nudged when a cancel is requested for a running job (ports/store.py)."""
         return self._store.cancel_hints
 
+    @property
+    def status_hints(self) -> Hint:
+        """Nudged when a job moves to another status (ports/store.py)."""
+        return self._store.status_hints
+
 
 def _reraise(error: BaseException) -> bool:
     """A cancellation (or an exit) is not one claim's failure: it stops the caller."""

@@ -83,6 +83,7 @@ class DynamoJobStore:
         self._table = table
         self._clock = clock
         self._cancel_hints = Wakeup()
+        self._status_hints = Wakeup()
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -98,6 +99,12 @@ class DynamoJobStore:
         Another process's cancel reaches a worker by its periodic cancel check only:
         DynamoDB has no notification this engine listens to."""
         return self._cancel_hints
+
+    @property
+    def status_hints(self) -> Wakeup:
+        """Nudged by this process's own status changes only (as ``cancel_hints``): a
+        wait on another process's change learns of it at the watcher's fallback poll."""
+        return self._status_hints
 
     # --- writes ---------------------------------------------------------------
 
@@ -151,6 +158,8 @@ class DynamoJobStore:
                 continue
             if change.stops_running_attempt:
                 self._cancel_hints.notify()
+            if change.changes_status:
+                self._status_hints.notify()
             return True
         raise StateConflictError("a change's attempt endings kept being refused")
 

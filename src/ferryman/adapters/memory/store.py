@@ -52,6 +52,7 @@ class InMemoryJobStore:
         self._history = JobHistory()
         self._lock = asyncio.Lock()
         self._cancel_hints = Wakeup()
+        self._status_hints = Wakeup()
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -65,6 +66,10 @@ class InMemoryJobStore:
     @property
     def cancel_hints(self) -> Wakeup:
         return self._cancel_hints
+
+    @property
+    def status_hints(self) -> Wakeup:
+        return self._status_hints
 
     # --- writes ---------------------------------------------------------------
 
@@ -159,6 +164,8 @@ class InMemoryJobStore:
         self._history.record(change)
         if change.stops_running_attempt:
             self._cancel_hints.notify()
+        if change.changes_status:
+            self._status_hints.notify()
 
     # --- reads ----------------------------------------------------------------
 
@@ -258,6 +265,10 @@ class InMemoryJobStore:
                 continue
             groups.setdefault(_usage_key(attempt, group_by), []).append(attempt)
         return [_usage_row(key, attempts) for key, attempts in sorted(groups.items())]
+
+    async def statuses(self, job_ids: Collection[str]) -> dict[str, JobStatus]:
+        jobs = self._jobs
+        return {job_id: jobs[job_id].status for job_id in job_ids if job_id in jobs}
 
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return {job_id for job_id in job_ids if job_id in self._jobs}

@@ -54,6 +54,9 @@ class PostgresDatabase:
         self.group = GroupCommit(self.transaction, connection=self.connection)
         # Cancel watchers of this process wait on it; NOTIFYs and own cancels nudge it.
         self.cancel_wakeup = listener.cancel_wakeup if listener is not None else Wakeup()
+        # Status watchers (clients' waits) of this process wait on it; NOTIFYs and own
+        # status changes nudge it.
+        self.status_wakeup = listener.status_wakeup if listener is not None else Wakeup()
 
     @classmethod
     async def open(

@@ -276,6 +276,7 @@ def _many_params(items: Sequence[_Item]) -> dict[str, Any]:
         "results": json.dumps(results),
         "acks": json.dumps(acks),
         "stops": stops,
+        "statuses": [item.change.job_id for item in items if item.change.changes_status],
         "ids": [item.change.job_id for item in items],
         "closed_ids": [ended["attempt_id"] for ended in closed],
         "ack_ids": [ack["id"] for ack in acks],
@@ -364,6 +365,7 @@ def _change_params(change: Change, params: dict[str, Any], *, stored: int) -> di
         params["m_body"] = QueueMessage.for_job(job).to_body()
         params["m_at"] = change.at
     params["stops_running"] = change.stops_running_attempt
+    params["changes_status"] = change.changes_status
     params["u_unfinished"] = change.backlog_delta
     params["u_stored"] = stored
     return params

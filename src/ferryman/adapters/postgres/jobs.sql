@@ -227,6 +227,9 @@ SELECT * FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 -- name: existing_jobs
 SELECT job_id FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 
+-- name: job_statuses
+SELECT job_id, status FROM jobs WHERE job_id = ANY(%(job_ids)s::text[]);
+
 -- name: tenant_usage
 SELECT unfinished, stored FROM tenant_usage WHERE tenant_id = %(tenant_id)s;
 
@@ -446,7 +449,9 @@ SELECT
     CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
-        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    CASE WHEN w.n > 0 AND %(changes_status)s::boolean
+        THEN pg_notify('ferryman_statuses', '') END AS woke_status_watchers
 FROM (SELECT count(*) AS n FROM written) AS w;
 
 -- Several jobs' changes in ONE statement (AppliesMany: a worker's claims for one
@@ -591,12 +596,13 @@ WITH done AS (
       AND messages.id = a.id AND messages.receipt_token = a.token
 )
 SELECT
-    (SELECT array_agg(job_id) FROM done) AS done,
+    d.done,
     CASE WHEN EXISTS (SELECT 1 FROM new_message)
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
-    CASE WHEN EXISTS (
-        SELECT 1 FROM done WHERE done.job_id = ANY(%(stops)s::text[])
-    ) THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks;
+    CASE WHEN d.done && %(stops)s::text[]
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    CASE WHEN d.done && %(statuses)s::text[] THEN pg_notify('ferryman_statuses', '') END
+FROM (SELECT array_agg(job_id) AS done FROM done) AS d;
 
 -- name: written_by_keyed_insert
 -- An accept with an idempotency key, when the key is free: the key's entry, then the
@@ -645,5 +651,7 @@ SELECT
     CASE WHEN w.n > 0 AND %(m_id)s::text IS NOT NULL
         THEN pg_notify('ferryman_messages', '') END AS woke_receivers,
     CASE WHEN w.n > 0 AND %(stops_running)s::boolean
-        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks
+        THEN pg_notify('ferryman_cancels', '') END AS woke_cancel_checks,
+    CASE WHEN w.n > 0 AND %(changes_status)s::boolean
+        THEN pg_notify('ferryman_statuses', '') END AS woke_status_watchers
 FROM (SELECT count(*) AS n FROM written) AS w, (SELECT count(*) AS n FROM claimed) AS c;

@@ -3,15 +3,17 @@ and workers run their cancel check when any process asks a running job to stop.
 
 A transaction that inserts a visible message (an accepted job, a send, a message
 shown again) also runs ``pg_notify`` on ``ferryman_messages``; one that asks a running
-attempt to stop, on ``ferryman_cancels``. PostgreSQL delivers it when, and only if,
-that transaction commits. One dedicated connection per process listens to both and
-nudges the process's Wakeup for each, so a waiting receive looks at once instead of
-at its next poll, and the cancel watcher reads the cancel requests at once instead
-of at its next periodic check. A notification is a hint, never the news: the woken
+attempt to stop, on ``ferryman_cancels``; one that moves a job to another status, on
+``ferryman_statuses`` (one notification per transaction: PostgreSQL folds identical
+ones). PostgreSQL delivers it when, and only if, that transaction commits. One
+dedicated connection per process listens to every channel and nudges the process's
+Wakeup for each, so a waiting receive looks at once instead of at its next poll, the
+cancel watcher reads the cancel requests at once instead of at its next periodic
+check, and a client's wait (services/watch.py) reads its jobs at once. A notification is a hint, never the news: the woken
 reads the tables. The poll and the periodic check stay as the fallback: while this
 connection is down (the server restarted, the backend was terminated) it reconnects
 with backoff, and workers notice work and cancels within their intervals meanwhile.
-On each reconnection it nudges both once, since a notification sent while it was
+On each reconnection it nudges each once, since a notification sent while it was
 away is lost.
 """
 
@@ -32,6 +34,7 @@ log = structlog.get_logger("ferryman.postgres")
 
 MESSAGES_CHANNEL = "ferryman_messages"
 CANCELS_CHANNEL = "ferryman_cancels"
+STATUSES_CHANNEL = "ferryman_statuses"
 FIRST_RETRY_SECONDS = 0.1
 MAX_RETRY_SECONDS = 5.0
 
@@ -44,7 +47,12 @@ class Listener:
         self._connect_kwargs = connect_kwargs
         self.wakeup = Wakeup()  # new messages
         self.cancel_wakeup = Wakeup()  # cancel requests for running jobs
-        self._wakeups = {MESSAGES_CHANNEL: self.wakeup, CANCELS_CHANNEL: self.cancel_wakeup}
+        self.status_wakeup = Wakeup()  # jobs moved to another status (clients' waits)
+        self._wakeups = {
+            MESSAGES_CHANNEL: self.wakeup,
+            CANCELS_CHANNEL: self.cancel_wakeup,
+            STATUSES_CHANNEL: self.status_wakeup,
+        }
         self.connected = False
         self._task: asyncio.Task[None] | None = None
 

@@ -16,6 +16,7 @@ from ferryman.adapters.postgres.messages import split_receipt
 from ferryman.adapters.postgres.sharedread import SharedRead
 from ferryman.adapters.postgres.sql import JOBS
 from ferryman.core.cursors import position_of
+from ferryman.core.job import JobStatus
 from ferryman.ports.store import (
     LIST_ITEM_BYTES,
     Accepted,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ferryman.adapters.wakeup import Wakeup
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
-    from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.results import StagedResult
     from ferryman.ports.store import CreateOutcome, UsageGroup
 
@@ -126,6 +127,8 @@ class PostgresJobStore:
         if applied and change.stops_running_attempt:
             # This process's watchers at once (other processes' through the NOTIFY).
             self._db.cancel_wakeup.notify()
+        if applied and change.changes_status:
+            self._db.status_wakeup.notify()
 
     async def apply_many(self, changes: Sequence[Change]) -> list[bool]:
         """Several jobs' changes in one statement (a worker's claims for one receive
@@ -231,6 +234,10 @@ class PostgresJobStore:
     def cancel_hints(self) -> Wakeup:
         return self._db.cancel_wakeup
 
+    @property
+    def status_hints(self) -> Wakeup:
+        return self._db.status_wakeup
+
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._job_ids("existing_jobs", job_ids)
 
@@ -240,6 +247,12 @@ class PostgresJobStore:
         rows = await self._db.fetch_all(JOBS["get_jobs"], {"job_ids": list(job_ids)})
         jobs = (job_from_row(row) for row in rows)
         return {job.job_id: job for job in jobs}
+
+    async def statuses(self, job_ids: Collection[str]) -> dict[str, JobStatus]:
+        if not job_ids:
+            return {}
+        rows = await self._db.fetch_all(JOBS["job_statuses"], {"job_ids": list(job_ids)})
+        return {row["job_id"]: JobStatus(row["status"]) for row in rows}
 
     async def _job_ids(self, block: str, job_ids: Collection[str]) -> set[str]:
         if not job_ids:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ferryman.adapters.batching import BatchingThread, ClosedError, Outcome
 from ferryman.adapters.sqlite.checkpoints import SAFETY_NET_PAGES, Checkpointer
 from ferryman.adapters.sqlite.migrations import migrate
-from ferryman.adapters.sqlite.peers import CANCELS, MESSAGES, PeerWakeups
+from ferryman.adapters.sqlite.peers import CANCELS, MESSAGES, STATUSES, PeerWakeups
 from ferryman.adapters.sqlite.peers import directory_for as peers_directory
 from ferryman.adapters.sqlite.writer import (
     GroupCommitWriter,
@@ -84,6 +84,11 @@ class SqliteDatabase:
         # Cancel watchers wait on it; a cancel request for a running job nudges it,
         # here and in the other processes, over the same socket.
         self.cancel_wakeup = Wakeup(None if peers is None else peers.channel(CANCELS))
+        # Status watchers (clients' waits, services/watch.py) wait on it; every stored
+        # status change nudges it, the other processes' once per loop turn at most.
+        self.status_wakeup = Wakeup(
+            None if peers is None else peers.channel(STATUSES, coalesce=True)
+        )
         self._closed = False
         # WAL checkpoints off the writer thread (adapters/sqlite/checkpoints.py).
         self._checkpointer = (
@@ -191,6 +196,7 @@ class SqliteDatabase:
         self._closed = True
         self.wakeup.close()
         self.cancel_wakeup.close()
+        self.status_wakeup.close()
         # Each step whatever happened to the one before: a close that failed or was
         # cancelled halfway must not leave a thread or a connection open.
         try:

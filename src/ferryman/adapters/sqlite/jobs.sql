@@ -222,6 +222,9 @@ SELECT * FROM jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
 -- name: existing_jobs
 SELECT job_id FROM jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
 
+-- name: job_statuses
+SELECT job_id, status FROM jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
+
 -- name: tenant_usage
 SELECT unfinished, stored FROM tenant_usage WHERE tenant_id = :tenant_id;
 

@@ -6,7 +6,8 @@ request for a call it runs only at its next cancel check. Each process that wait
 either binds one datagram socket in a directory next to the database
 (``<file>-wake/<pid>-<random>.sock``); a process that makes work visible, or asks a
 running job to stop, sends one byte to every socket there, whose value says which
-(``MESSAGES``, ``CANCELS``: each a ``PeerChannel`` over the one socket). A byte is a
+(``MESSAGES``, ``CANCELS``, ``STATUSES``: each a ``PeerChannel`` over the one socket).
+A byte is a
 hint, never the news itself: the receiver reads the table as it would after a poll or
 a periodic check, so a lost, late or extra byte changes nothing but latency, and the
 poll and the periodic check stay as the fallback (a full socket buffer, a peer that
@@ -44,6 +45,7 @@ _GONE = (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK)
 # look); an unknown value is ignored.
 MESSAGES = 1  # a queue message became visible: look for work
 CANCELS = 2  # a cancel was requested for a running job: run the cancel check
+STATUSES = 3  # a job moved to another status: read the jobs clients wait on
 
 
 def directory_for(database: Path) -> Path:
@@ -73,10 +75,13 @@ class PeerWakeups:
         # Why wake-ups between processes are off here (the poll alone), or None.
         self.off_reason: str | None = None
         self.sent = 0
+        self._closed = False
 
-    def channel(self, kind: int) -> PeerChannel:
-        """The wake-ups of one kind, as a Wakeup uses them."""
-        return PeerChannel(self, kind)
+    def channel(self, kind: int, *, coalesce: bool = False) -> PeerChannel:
+        """The wake-ups of one kind, as a Wakeup uses them. ``coalesce``: the
+        broadcasts of one event-loop turn send one byte per peer, not one each (every
+        outcome of a busy worker nudges status watchers)."""
+        return PeerChannel(self, kind, coalesce=coalesce)
 
     @property
     def listening(self) -> bool:
@@ -121,6 +126,8 @@ class PeerWakeups:
     def broadcast(self, *, kind: int = MESSAGES) -> int:
         """One byte of ``kind`` to every other process listening; never raises, never
         blocks. How many were sent."""
+        if self._closed:
+            return 0  # a coalesced send due after close: nobody to tell
         peers = self._current_peers()
         if not peers:
             return 0
@@ -143,6 +150,7 @@ class PeerWakeups:
 
     def close(self) -> None:
         """Idempotent: every channel of the process closes it."""
+        self._closed = True
         self._handlers.clear()
         if self._listener is not None:
             if self._loop is not None and not self._loop.is_closed():
@@ -204,9 +212,11 @@ class PeerWakeups:
 class PeerChannel:
     """One kind of wake-up over a process's PeerWakeups: adapters/wakeup.py's Peers."""
 
-    def __init__(self, peers: PeerWakeups, kind: int) -> None:
+    def __init__(self, peers: PeerWakeups, kind: int, *, coalesce: bool = False) -> None:
         self._peers = peers
         self._kind = kind
+        self._coalesce = coalesce
+        self._pending = False
         # Bytes of this kind sent (tests and benchmarks look).
         self.sent = 0
 
@@ -222,6 +232,21 @@ class PeerChannel:
         return self._peers.listen(on_wake, kind=self._kind)
 
     def broadcast(self) -> None:
+        if not self._coalesce:
+            self._send()
+            return
+        if self._pending:
+            return  # a send is already due at the end of this loop turn
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._send()  # no loop here (a thread, a test): at once
+            return
+        self._pending = True
+        loop.call_soon(self._send)
+
+    def _send(self) -> None:
+        self._pending = False
         self.sent += self._peers.broadcast(kind=self._kind)
 
     def close(self) -> None:

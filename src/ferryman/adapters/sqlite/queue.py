@@ -115,6 +115,8 @@ class SqliteJobQueue:
             self._db.wakeup.notify()
         if change.stops_running_attempt:
             self._db.cancel_wakeup.notify()
+        if change.changes_status:
+            self._db.status_wakeup.notify()
 
     async def _receive(
         self,

@@ -17,6 +17,7 @@ from ferryman.adapters.sqlite import jobops
 from ferryman.adapters.sqlite.sql import JOBS
 from ferryman.core.cursors import position_of
 from ferryman.core.errors import StoreUnavailableError
+from ferryman.core.job import JobStatus
 from ferryman.ports.store import (
     LIST_ITEM_BYTES,
     Accepted,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from ferryman.adapters.wakeup import Wakeup
     from ferryman.core.changes import Change
     from ferryman.core.clock import Clock
-    from ferryman.core.job import Attempt, Event, Job, JobStatus
+    from ferryman.core.job import Attempt, Event, Job
     from ferryman.ports.store import CreateOutcome, UsageGroup
 
 # A refused write keeps the store not ready, even if the probe's own small write got
@@ -119,6 +120,8 @@ class SqliteJobStore:
             # Committed: the worker holding the job (here or in another process) may
             # look now instead of at its next periodic cancel check.
             self._db.cancel_wakeup.notify()
+        if applied and change.changes_status:
+            self._db.status_wakeup.notify()
         return applied
 
     async def get(self, job_id: str, *, tenant_id: str | None = None) -> Job | None:
@@ -195,6 +198,10 @@ class SqliteJobStore:
     def cancel_hints(self) -> Wakeup:
         return self._db.cancel_wakeup
 
+    @property
+    def status_hints(self) -> Wakeup:
+        return self._db.status_wakeup
+
     async def existing(self, job_ids: Collection[str]) -> set[str]:
         return await self._db.read(partial(_job_ids, block="existing_jobs", job_ids=job_ids))
 
@@ -202,6 +209,11 @@ class SqliteJobStore:
         if not job_ids:
             return {}
         return await self._db.read(partial(_jobs, job_ids=job_ids))
+
+    async def statuses(self, job_ids: Collection[str]) -> dict[str, JobStatus]:
+        if not job_ids:
+            return {}
+        return await self._db.read(partial(_statuses, job_ids=job_ids))
 
     async def usage(self, tenant_id: str) -> TenantUsage:
         def op(conn: sqlite3.Connection) -> TenantUsage:
@@ -267,6 +279,11 @@ def _jobs(conn: sqlite3.Connection, *, job_ids: Collection[str]) -> dict[str, Jo
     rows = conn.execute(JOBS["get_jobs"], {"job_ids": json.dumps(list(job_ids))}).fetchall()
     jobs = (job_from_row(row) for row in rows)
     return {job.job_id: job for job in jobs}
+
+
+def _statuses(conn: sqlite3.Connection, *, job_ids: Collection[str]) -> dict[str, JobStatus]:
+    rows = conn.execute(JOBS["job_statuses"], {"job_ids": json.dumps(list(job_ids))})
+    return {job_id: JobStatus(status) for job_id, status in rows}
 
 
 def _job_ids(conn: sqlite3.Connection, *, block: str, job_ids: Collection[str]) -> set[str]:

@@ -1,11 +1,12 @@
-"""/v1/generations: submit, read, list, history, cancel. Always the caller's tenant's jobs."""
+"""/v1/generations: submit, read (or wait, or follow), list, history, cancel. Always the
+caller's tenant's jobs."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from ferryman.core.errors import (
     AlreadyTerminalError,
@@ -34,6 +35,7 @@ from ferryman.http.openapi import (
     operation,
 )
 from ferryman.http.schemas import Job, JobHistory, JobPage, Submission
+from ferryman.http.stream import EVENT_STREAM_HEADERS, event_stream, position_of
 from ferryman.http.views import (
     Cursor,
     JobIds,
@@ -46,6 +48,21 @@ from ferryman.http.views import (
     list_item_body,
 )
 from ferryman.services.intake import SubmitRequest
+from ferryman.services.jobs import MAX_WAIT_SECONDS
+
+# GET ...?wait=SECONDS: answer once the job is finished, or with its state after that long.
+WaitSeconds = Annotated[
+    float | None,
+    Query(
+        gt=0,
+        le=MAX_WAIT_SECONDS,
+        description=(
+            "Answer as soon as the job is finished (SUCCEEDED, FAILED or CANCELLED), or "
+            f"with its current state after this many seconds (more than 0, at most "
+            f"{MAX_WAIT_SECONDS:g})."
+        ),
+    ),
+]
 
 router = APIRouter(prefix="/v1/generations", tags=["generations"])
 
@@ -132,9 +149,65 @@ async def list_jobs(
         errors=(JobNotFoundError, ResultsUnavailableError, ResultUnreadableError),
     ),
 )
-async def get_job(request: Request, principal: Tenant, job_id: str) -> JSONResponse:
-    view = await app_deps(request).jobs.get(principal.tenant_id, job_id)
+async def get_job(
+    request: Request, principal: Tenant, job_id: str, wait: WaitSeconds = None
+) -> JSONResponse:
+    jobs = app_deps(request).jobs
+    if wait is None:
+        view = await jobs.get(principal.tenant_id, job_id)
+    else:
+        view = await jobs.wait(principal.tenant_id, job_id, wait_seconds=wait)
     return JsonBody(job_detail_body(view))
+
+
+def _stream_operation() -> dict[str, Any]:
+    """The stream's operation: its 200 is text/event-stream, and it may answer 204."""
+    kwargs = operation(
+        "streamGeneration",
+        None,
+        access=Access.TENANT,
+        params=True,
+        summary="Follow a job's status changes (server-sent events)",
+        description=(
+            "text/event-stream: an `event: status` whose `data` is the job (as GET "
+            "returns it) now and at each change of its status, ending after a finished "
+            "status; a comment line as a keep-alive every 15 s; the stream ends after "
+            "300 s (reconnect with `Last-Event-ID`). 204 when `Last-Event-ID` names the "
+            "finished status already sent."
+        ),
+        errors=(JobNotFoundError, ResultsUnavailableError, ResultUnreadableError),
+    )
+    responses = kwargs["responses"]
+    responses[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+    responses[204] = {
+        "description": "The finished status named by Last-Event-ID was sent already",
+        "headers": responses[200]["headers"],
+    }
+    return kwargs
+
+
+@router.get("/{job_id}/stream", **_stream_operation(), response_class=StreamingResponse)
+async def stream_job(
+    request: Request,
+    principal: Tenant,
+    job_id: str,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+) -> Response:
+    follow = app_deps(request).jobs.follow(
+        principal.tenant_id, job_id, after=position_of(last_event_id)
+    )
+    try:
+        # Read before answering: a job that is not the tenant's is a 404, not a stream.
+        first = await anext(follow)
+    except StopAsyncIteration:
+        # Everything up to the finished status was sent: nothing more will come
+        # (204 tells an EventSource to stop reconnecting).
+        return Response(status_code=204)
+    return StreamingResponse(
+        event_stream(first, follow),
+        media_type="text/event-stream",
+        headers=EVENT_STREAM_HEADERS,
+    )
 
 
 @router.get(
