@@ -24,8 +24,6 @@ import contextlib
 import json
 import os
 import random
-import socket
-import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -33,22 +31,12 @@ from typing import Any
 
 import httpx
 
-from harness import fmt, percentile, print_table
+from harness import ferryman_command, fmt, free_port, percentile, print_table
 
 TENANT = "bench-cancel"
 SLOW_MS = 600_000
 READY_TIMEOUT_SECONDS = 30.0
 STATE_TIMEOUT_SECONDS = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ferryman(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ferryman", *args]
 
 
 def _environment(args: argparse.Namespace, directory: Path) -> dict[str, str]:
@@ -69,7 +57,7 @@ def _environment(args: argparse.Namespace, directory: Path) -> dict[str, str]:
 
 async def _api_key(env: dict[str, str]) -> str:
     made = await asyncio.create_subprocess_exec(
-        *_ferryman("keys", "create", "--tenant", TENANT),
+        *ferryman_command("keys", "create", "--tenant", TENANT),
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -127,12 +115,14 @@ async def one_cancel(client: httpx.AsyncClient, jitter_ms: float) -> float:
 async def measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     env = _environment(args, directory)
     key = await _api_key(env)
-    port = _free_port()
+    port = free_port()
     quiet = asyncio.subprocess.DEVNULL
     api = await asyncio.create_subprocess_exec(
-        *_ferryman("api", "--port", str(port)), env=env, stderr=quiet
+        *ferryman_command("api", "--port", str(port)), env=env, stderr=quiet
     )
-    worker = await asyncio.create_subprocess_exec(*_ferryman("worker"), env=env, stderr=quiet)
+    worker = await asyncio.create_subprocess_exec(
+        *ferryman_command("worker"), env=env, stderr=quiet
+    )
     try:
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}",

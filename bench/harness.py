@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import math
 import resource
+import socket
 import sqlite3
+import sys
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -128,6 +130,18 @@ async def open_stack(
             keys=engine.keys,
             clock=clock,
         )
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a server this run starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ferryman_command(*args: str) -> list[str]:
+    """The ferryman command as a process of this interpreter runs it."""
+    return [sys.executable, "-m", "ferryman", *args]
 
 
 def quiet_logs() -> None:

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -33,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from harness import fmt, percentile
+from harness import ferryman_command, fmt, free_port, percentile
 
 HEAVY = "bench-heavy"
 QUIET = "bench-quiet"
@@ -44,16 +43,6 @@ SAMPLE_SECONDS = 0.005
 SETTLE_SECONDS = 2.0
 # The other tenant reads alone this long first: its latency when nothing else runs.
 IDLE_SECONDS = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ferryman(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ferryman", *args]
 
 
 def _environment(directory: Path, src: str | None) -> dict[str, str]:
@@ -73,7 +62,7 @@ def _environment(directory: Path, src: str | None) -> dict[str, str]:
 
 async def _api_key(env: dict[str, str], directory: Path, tenant: str) -> str:
     made = await asyncio.create_subprocess_exec(
-        *_ferryman("keys", "create", "--tenant", tenant),
+        *ferryman_command("keys", "create", "--tenant", tenant),
         env=env,
         cwd=directory,
         stdout=asyncio.subprocess.PIPE,
@@ -193,10 +182,10 @@ async def measure(args: argparse.Namespace, src: str | None, directory: Path) ->
     env = _environment(directory, src)
     heavy_key = await _api_key(env, directory, HEAVY)
     quiet_key = await _api_key(env, directory, QUIET)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     api = await asyncio.create_subprocess_exec(
-        *_ferryman("api", "--port", str(port)),
+        *ferryman_command("api", "--port", str(port)),
         env=env,
         cwd=directory,
         stderr=asyncio.subprocess.DEVNULL,

@@ -33,8 +33,6 @@ import json
 import os
 import resource
 import shutil
-import socket
-import sys
 import tempfile
 import time
 import uuid
@@ -44,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from harness import TENANT, fmt, percentile, print_table
+from harness import TENANT, ferryman_command, fmt, free_port, percentile, print_table
 from peer_systems import scratch_database
 
 if TYPE_CHECKING:
@@ -55,16 +53,6 @@ OPEN_AT_ONCE = 200
 PROBE_EVERY_SECONDS = 0.02
 HELD_LATENCY_MS = 600_000
 HELD_AFTER_SECONDS = 3.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ferryman(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ferryman", *args]
 
 
 def _raise_fd_limit() -> int:
@@ -258,7 +246,7 @@ async def _ready(port: int) -> None:
 async def measure_engine(
     name: str, database_url: str, directory: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "FERRYMAN_DATABASE_URL": database_url,
@@ -271,7 +259,7 @@ async def measure_engine(
     if name == "sqlite":
         env["FERRYMAN_RESULTS_URL"] = f"file://{directory / 'results'}"
     made = await asyncio.create_subprocess_exec(
-        *_ferryman("keys", "create", "--tenant", TENANT),
+        *ferryman_command("keys", "create", "--tenant", TENANT),
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -279,7 +267,7 @@ async def measure_engine(
     out, _ = await made.communicate()
     run = Run(port=port, key=out.decode().split()[-1])
     api = await asyncio.create_subprocess_exec(
-        *_ferryman("api", "--port", str(port)), env=env, stderr=asyncio.subprocess.DEVNULL
+        *ferryman_command("api", "--port", str(port)), env=env, stderr=asyncio.subprocess.DEVNULL
     )
     worker = None
     tasks: list[asyncio.Task[None]] = []
@@ -303,7 +291,7 @@ async def measure_engine(
             await asyncio.sleep(0.1)
         opened_before_work = run.open_waits
         worker = await asyncio.create_subprocess_exec(
-            *_ferryman("worker", "--no-sweeper", "--concurrency", str(args.concurrency)),
+            *ferryman_command("worker", "--no-sweeper", "--concurrency", str(args.concurrency)),
             env=env,
             stderr=asyncio.subprocess.DEVNULL,
         )

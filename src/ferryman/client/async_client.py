@@ -15,7 +15,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
-from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 
 from ferryman.client import calls
 from ferryman.client.calls import DEFAULT_TIMEOUT, WaitDefault
@@ -325,17 +324,6 @@ class AsyncClient:
 
     # --- transport ----------------------------------------------------------------
 
-    def _timeout_of(self, call: calls.Call[Any]) -> httpx.Timeout | UseClientDefault:
-        if call.read_timeout_seconds is None:
-            return USE_CLIENT_DEFAULT
-        default = self._http.timeout
-        return httpx.Timeout(
-            connect=default.connect,
-            read=call.read_timeout_seconds,
-            write=default.write,
-            pool=default.pool,
-        )
-
     async def _run(self, call: calls.Call[T]) -> T:
         return call.read(await self._send(call))
 
@@ -358,7 +346,7 @@ class AsyncClient:
                     # None, not an empty dict, spares httpx re-parsing the URL.
                     params=call.params or None,
                     headers=call.headers,
-                    timeout=self._timeout_of(call),
+                    timeout=calls.timeout_of(call, self._http.timeout),
                 )
             except httpx.TransportError as exc:
                 await _sleep(tries.after_error(exc))

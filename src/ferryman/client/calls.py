@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import httpx
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 from pydantic import TypeAdapter, ValidationError
 
 from ferryman.client.errors import (
@@ -37,7 +39,6 @@ from ferryman.client.retrying import _monotonic
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    import httpx
 
 T = TypeVar("T")
 
@@ -488,3 +489,16 @@ def outcome(job: Job, output_type: Any = None) -> Any:
             f"job {job.job_id}'s result does not match {getattr(output_type, '__name__', output_type)}"
             f": {exc.error_count()} error(s)"
         ) from exc
+
+
+def timeout_of(call: Call[Any], default: httpx.Timeout) -> httpx.Timeout | UseClientDefault:
+    """The client's timeouts for this call, with its own read timeout where it has one
+    (a server-side wait answers only after it: its read timeout is the wait and more)."""
+    if call.read_timeout_seconds is None:
+        return USE_CLIENT_DEFAULT
+    return httpx.Timeout(
+        connect=default.connect,
+        read=call.read_timeout_seconds,
+        write=default.write,
+        pool=default.pool,
+    )
