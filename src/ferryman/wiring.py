@@ -252,16 +252,20 @@ class Runtime:
         HTTP layer's: the job as GET shows it)."""
         assert self.webhook_secrets is not None
         assert self.webhook_urls is not None
+        options = DispatchOptions(schedule=self.settings.webhooks.schedule)
+        # A connection for every attempt the dispatcher may have in flight: one waiting
+        # for a free connection would spend its own timeout waiting.
+        sender = HttpWebhookSender(self.webhook_urls, max_connections=options.max_in_flight)
         return WebhookDispatcher(
             store=self.store.store,
             ledger=self.store,
             jobs=self.jobs,
             secrets=self.webhook_secrets,
-            sender=HttpWebhookSender(self.webhook_urls),
+            sender=sender,
             sign=signature,
             render=render,
             clock=self.clock,
-            options=DispatchOptions(schedule=self.settings.webhooks.schedule),
+            options=options,
             kick=self.webhook_kick,
         )
 

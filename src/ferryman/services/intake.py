@@ -247,15 +247,14 @@ class Intake:
             raise PausedError(retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS)
         correlation_id = correlation_id or new_correlation_id()
         refused = await self._refused_webhook_urls(tenant_id, items)
-        if refused:
-            items = [_refused_item(item, refused) for item in items]
         usage = await self._batch_usage(tenant_id)
         outcomes: list[BatchOutcome] = []
         writing: asyncio.Future[list[BatchOutcome]] | None = None
         for start in range(0, len(items), self._slice_jobs):
             # Checked while the slice before is being written; written once it is.
             prepared = [
-                self._prepared(tenant_id, item, correlation_id, traceparent)
+                refused.get(item.request.webhook_url or "")
+                or self._prepared(tenant_id, item, correlation_id, traceparent)
                 for item in items[start : start + self._slice_jobs]
             ]
             usage = self._refuse_over_quota(usage, prepared)
@@ -288,8 +287,6 @@ class Intake:
         correlation_id: str,
         traceparent: str | None,
     ) -> Job | RequestError:
-        if isinstance(item, _RefusedItem):
-            return item.refusal
         try:
             if item.idempotency_key is not None:
                 validate_idempotency_key(item.idempotency_key)
@@ -514,20 +511,6 @@ class Intake:
         await self._queue.send(QueueMessage.for_job(job))
         await self._ledger.mark_dispatched(job.job_id, now=self._clock.now(), known=job)
         return dataclasses.replace(job, dispatch_state=DispatchState.DISPATCHED)
-
-
-@dataclass(frozen=True, slots=True)
-class _RefusedItem(BatchItem):
-    """A batch item whose webhook_url was refused: its outcome is that refusal."""
-
-    refusal: RequestError = dataclasses.field(default_factory=RequestError)
-
-
-def _refused_item(item: BatchItem, refused: dict[str, RequestError]) -> BatchItem:
-    url = item.request.webhook_url
-    if url is None or url not in refused:
-        return item
-    return _RefusedItem(item.request, item.idempotency_key, refusal=refused[url])
 
 
 def _checked_metadata(metadata: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import time
 import unicodedata
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     Resolver: TypeAlias = Callable[[str, int], Awaitable[Sequence[str]]]
 
 MAX_URL_CHARS = 2_048
+# How long check() (at submit) trusts its judgement of a host, and how many it keeps.
+CHECK_CACHE_SECONDS = 30.0
+CHECK_CACHE_ENTRIES = 4_096
 DEFAULT_PORTS = {"https": 443, "http": 80}
 ALLOWED_HOSTS_VARIABLE = "FERRYMAN_WEBHOOK_ALLOWED_HOSTS"
 
@@ -153,6 +157,8 @@ class WebhookUrlGuard:
         self._allowed = frozenset(allowed_hosts)
         self._resolve = resolver
         self._resolve_timeout_seconds = resolve_timeout_seconds
+        # (host, port) -> (until when, the refusal or None): check()'s judgements.
+        self._checked: dict[tuple[str, int], tuple[float, str | None]] = {}
 
     def check_syntax(self, url: str) -> None:
         """Raise WebhookUrlRefusedError for a URL refused by its text alone."""
@@ -160,8 +166,29 @@ class WebhookUrlGuard:
 
     async def check(self, url: str) -> None:
         """Raise WebhookUrlRefusedError unless the URL's text is fit and every address
-        its host resolves to may be called."""
-        await self.target(url)
+        its host resolves to may be called. What a host resolved to is judged once per
+        CHECK_CACHE_SECONDS: a tenant submitting hundreds of jobs a second with one URL
+        costs one lookup, not one per job. Delivery never uses it (``target`` resolves
+        and judges anew), so a cached judgement can never send a request anywhere."""
+        parsed = self._parse(url)
+        key = (parsed.host, parsed.port)
+        now = time.monotonic()
+        cached = self._checked.get(key)
+        if cached is not None and cached[0] > now:
+            if cached[1] is not None:
+                raise WebhookUrlRefusedError(cached[1])
+            return
+        try:
+            await self.target(url)
+        except WebhookUrlRefusedError as exc:
+            self._remember(key, now, exc.message)
+            raise
+        self._remember(key, now, None)
+
+    def _remember(self, key: tuple[str, int], now: float, refusal: str | None) -> None:
+        if len(self._checked) >= CHECK_CACHE_ENTRIES:
+            self._checked.pop(next(iter(self._checked)))  # the oldest judgement
+        self._checked[key] = (now + CHECK_CACHE_SECONDS, refusal)
 
     async def target(self, url: str) -> Target:
         """Resolve the URL's host, check every address, and return where to connect:

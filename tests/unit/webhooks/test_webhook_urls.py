@@ -298,3 +298,20 @@ async def test_a_name_that_resolves_too_slowly_is_refused() -> None:
 
     g = WebhookUrlGuard(resolver=stalled, resolve_timeout_seconds=0.05)
     assert "did not resolve in time" in await refused_at_check("https://slow.example/", g)
+
+
+async def test_a_submit_time_check_is_remembered_but_a_delivery_resolves_again() -> None:
+    resolver = FakeResolver(
+        {"hooks.example": [[PUBLIC], ["10.0.0.9"]], "bad.example": [["10.0.0.1"]]}
+    )
+    guard = WebhookUrlGuard(resolver=resolver)
+
+    await guard.check("https://hooks.example/a")
+    await guard.check("https://hooks.example/b")  # the same host: judged once
+    for _ in range(2):
+        with pytest.raises(WebhookUrlRefusedError, match="private"):
+            await guard.check("https://bad.example/x")  # a refusal is remembered too
+    assert resolver.calls == ["hooks.example", "bad.example"]
+    # Delivery never trusts the remembered judgement: the name now points inside.
+    with pytest.raises(WebhookUrlRefusedError, match="private"):
+        await guard.target("https://hooks.example/a")
